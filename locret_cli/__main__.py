@@ -1,0 +1,3 @@
+from locret_cli.cli import main
+
+main()

@@ -1,0 +1,102 @@
+"""The `locret` command line: parse, call the API, render. Nothing else lives here."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from locret_cli.errors import LocretError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Ask questions of documents far longer than a normal KV cache could hold (Locret, arXiv 2410.01805).",
+)
+
+
+@app.callback()
+def _root() -> None:
+    """Keeps `ask` a named subcommand, with `train` and `bench` to come beside it."""
+
+
+def domain_errors(command):
+    """Turn LocretError into one line on stderr and exit status 1; Ctrl-C into status 130."""
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except LocretError as exc:
+            Console(stderr=True, highlight=False).print(f"[bold red]error:[/] {exc}", markup=True)
+            raise typer.Exit(1) from None
+        except KeyboardInterrupt:
+            Console(stderr=True).print("interrupted")
+            raise typer.Exit(130) from None
+
+    return wrapper
+
+
+@app.command()
+@domain_errors
+def ask(
+    source: Annotated[str, typer.Argument(help="A .pdf or text file, or - to read stdin.")],
+    question: Annotated[str, typer.Argument(help="The question to answer from the document.")],
+    model: Annotated[Optional[str], typer.Option(help="Hub id or local directory. Default: the embedded model.")] = None,
+    heads: Annotated[Optional[str], typer.Option(help="Retaining heads: a locret heads dir or an official Locret checkpoint.")] = None,
+    policy: Annotated[str, typer.Option(help="Eviction policy: locret, streaming or full.")] = "locret",
+    budget: Annotated[Optional[int], typer.Option(help="Cache entries kept per KV head. Default 6000, or the model's recorded default.")] = None,
+    chunk_size: Annotated[Optional[int], typer.Option(help="Tokens prefilled per step. Default 3072.")] = None,
+    stabilizers: Annotated[Optional[int], typer.Option(help="Most recent entries always kept. Default 2500; clipped to budget/2 if it does not fit.")] = None,
+    positions: Annotated[str, typer.Option(help="compact: renumber kept entries 0..n-1; original: keep true positions.")] = "compact",
+    max_new_tokens: Annotated[Optional[int], typer.Option(help="Longest answer, in tokens. Default 256.")] = None,
+    temperature: Annotated[float, typer.Option(help="0 decodes greedily.")] = 0.0,
+    top_p: Annotated[float, typer.Option(help="Nucleus sampling mass when temperature > 0.")] = 1.0,
+    seed: Annotated[int, typer.Option(help="Seed for sampling.")] = 0,
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+    dtype: Annotated[str, typer.Option(help="auto (bf16 where fast), bf16, fp16 or fp32.")] = "auto",
+    load_4bit: Annotated[bool, typer.Option("--load-4bit", help="Load weights in 4-bit nf4 (bitsandbytes).")] = False,
+    trust_remote_code: Annotated[bool, typer.Option("--trust-remote-code", help="Run the model repo's own code. Off unless asked.")] = False,
+    encoding: Annotated[Optional[str], typer.Option(help="Text encoding of the input. Default: UTF-8, or as its BOM says.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout and nothing else.")] = False,
+    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Print only the answer.")] = False,
+) -> None:
+    """Answer QUESTION from the document at SOURCE with a bounded KV cache."""
+    from locret_cli.api import load_session
+    from locret_cli.documents import open_document
+    from locret_cli.report import DocumentProgress, cost_table
+
+    err = Console(stderr=True, highlight=False)
+    out = Console(highlight=False, soft_wrap=True)
+    if source == "-" and sys.stdin.isatty():
+        raise LocretError("SOURCE is -, but nothing is piped into stdin")
+
+    def warn(message: str) -> None:
+        err.print(f"[yellow]warning:[/] {message}")
+
+    session = load_session(model, heads, policy, device, dtype, load_4bit, trust_remote_code)
+    if model is None and not quiet:
+        warn(f"no --model given: using the {session.loaded.name}")
+    settings = session.settings(
+        warn, budget=budget, chunk_size=chunk_size, stabilizers=stabilizers, positions=positions,
+        max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed,
+    )
+    document = open_document(source, encoding=encoding)
+    with DocumentProgress(err, document.unit, document.total_units, enabled=not quiet) as progress:
+        result = session.ask(document, question, settings, on_progress=progress.update)
+    for message in result.warnings:
+        warn(message)
+    if as_json:
+        sys.stdout.write(json.dumps(result.to_json()) + "\n")
+        return
+    out.print(result.answer, markup=False)
+    if not quiet:
+        err.print(cost_table(result))
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,210 @@
+"""Reading documents as a stream: PDF page by page, text block by block, stdin with `-`.
+
+Nothing here holds a whole book at once. Text is decoded incrementally and cut at whitespace into blocks of about
+64K characters; each block (or PDF page) is tokenized on its own and the ids are handed out in chunks of the engine's
+size, each tagged with the pages it came from.
+"""
+
+from __future__ import annotations
+
+import codecs
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+from locret_cli.errors import LocretError
+
+TEXT_BLOCK_CHARS = 65536
+READ_BYTES = 1 << 20
+
+
+@dataclass
+class Segment:
+    """A piece of text and where it came from. page is 1-based for PDFs, None for text."""
+
+    text: str
+    page: int | None
+    units_done: int  # pages read (PDF) or bytes read (text) once this segment is out
+
+
+@dataclass
+class Document:
+    """An input opened for streaming; `segments()` reads it once."""
+
+    name: str
+    kind: str  # "pdf" or "text"
+    unit: str  # progress unit: "pages" or "bytes"
+    total_units: int | None  # None when unknown (stdin)
+    segments: Callable[[], Iterator[Segment]]
+    warnings: list[str] = field(default_factory=list)
+    pages: int | None = None
+
+
+@dataclass
+class TokenChunk:
+    """Up to chunk_size token ids and the input they came from."""
+
+    ids: list[int]
+    first_page: int | None
+    last_page: int | None
+    units_done: int
+
+
+def open_document(source: str, encoding: str | None = None, stdin: BinaryIO | None = None) -> Document:
+    """Open a PDF or text file, or stdin for `-`. Raises LocretError for anything unreadable."""
+    if source == "-":
+        stream = stdin if stdin is not None else sys.stdin.buffer
+        return _text_document("<stdin>", lambda: stream, None, encoding)
+    path = Path(source).expanduser()
+    if not path.exists():
+        raise LocretError(f"no such file: {source}")
+    if path.is_dir():
+        raise LocretError(f"{source} is a directory, not a document")
+    try:
+        with path.open("rb") as f:
+            magic = f.read(5)
+    except OSError as exc:
+        raise LocretError(f"cannot read {source}: {exc.strerror}") from None
+    if magic == b"%PDF-" or path.suffix.lower() == ".pdf":
+        return _pdf_document(path)
+    return _text_document(str(path), lambda: path.open("rb"), path.stat().st_size, encoding)
+
+
+def _text_document(name: str, opener: Callable[[], BinaryIO], size: int | None, encoding: str | None) -> Document:
+    doc = Document(name=name, kind="text", unit="bytes", total_units=size, segments=lambda: iter(()))
+    if encoding is not None:
+        try:
+            codecs.lookup(encoding)
+        except LookupError:
+            raise LocretError(f"unknown encoding {encoding!r}") from None
+
+    def segments() -> Iterator[Segment]:
+        stream = opener()
+        replaced = 0
+
+        def count_and_replace(exc: UnicodeDecodeError):
+            nonlocal replaced
+            replaced += exc.end - exc.start
+            return "\ufffd", exc.end
+
+        codecs.register_error("locret-count", count_and_replace)
+        try:
+            first = stream.read(READ_BYTES)
+            chosen = encoding or _sniff_encoding(first)
+            decoder = codecs.getincrementaldecoder(chosen)(errors="locret-count")
+            done, block = 0, first
+            while block:
+                done += len(block)
+                text = decoder.decode(block)
+                if text:
+                    yield Segment(text, None, done)
+                block = stream.read(READ_BYTES)
+            tail = decoder.decode(b"", final=True)
+            if tail:
+                yield Segment(tail, None, done)
+        finally:
+            if stream is not sys.stdin.buffer:
+                stream.close()
+        if replaced:
+            hint = "" if encoding else "; pass --encoding if the file is not UTF-8"
+            doc.warnings.append(f"{name}: {replaced} invalid {chosen} byte(s) replaced with U+FFFD{hint}")
+
+    doc.segments = segments
+    return doc
+
+
+def _sniff_encoding(head: bytes) -> str:
+    for bom, name in ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),
+                      (codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16")):
+        if head.startswith(bom):
+            return name
+    return "utf-8"
+
+
+def _pdf_document(path: Path) -> Document:
+    from pypdf import PdfReader
+    from pypdf.errors import DependencyError, PdfReadError
+
+    try:
+        reader = PdfReader(str(path))
+        if reader.is_encrypted:
+            try:
+                opened = reader.decrypt("")
+            except DependencyError:
+                opened = 0
+            if not opened:
+                raise LocretError(f"{path} is encrypted; decrypt it first (e.g. `qpdf --decrypt in.pdf out.pdf`)")
+        total = len(reader.pages)
+    except LocretError:
+        raise
+    except (PdfReadError, ValueError, KeyError, TypeError, OSError) as exc:
+        raise LocretError(f"{path} is not a readable PDF ({type(exc).__name__}: {exc})") from None
+    if total == 0:
+        raise LocretError(f"{path} has no pages")
+    doc = Document(name=str(path), kind="pdf", unit="pages", total_units=total, segments=lambda: iter(()), pages=total)
+
+    def segments() -> Iterator[Segment]:
+        with_text = 0
+        for number, page in enumerate(reader.pages, start=1):
+            try:
+                text = page.extract_text() or ""
+            except Exception as exc:  # pypdf raises many types on malformed content streams
+                doc.warnings.append(f"{path}: page {number} skipped, its text could not be read ({exc})")
+                text = ""
+            if text.strip():
+                with_text += 1
+                yield Segment(text + "\n\n", number, number)
+        if with_text == 0:
+            raise LocretError(
+                f"{path} has no text layer (scanned images?); run OCR first, e.g. `ocrmypdf in.pdf out.pdf`"
+            )
+
+    doc.segments = segments
+    return doc
+
+
+def token_chunks(
+    document: Document, encode: Callable[[str], list[int]], chunk_size: int, prefix_ids: list[int]
+) -> Iterator[TokenChunk]:
+    """Tokenize `document` incrementally and yield chunks of `chunk_size` ids; the first starts with `prefix_ids`.
+
+    Raises LocretError if the document holds no text at all.
+    """
+    ids: list[int] = list(prefix_ids)
+    first_page = last_page = None
+    units = 0
+    pending = ""
+    seen_text = False
+
+    def take(final: bool) -> Iterator[TokenChunk]:
+        nonlocal ids, first_page
+        while len(ids) >= chunk_size or (final and ids):
+            chunk, ids = ids[:chunk_size], ids[chunk_size:]
+            yield TokenChunk(chunk, first_page, last_page, units)
+            first_page = last_page
+
+    for segment in document.segments():
+        units = segment.units_done
+        if segment.page is not None:
+            first_page = segment.page if first_page is None else first_page
+            last_page = segment.page
+        seen_text = seen_text or bool(segment.text.strip())
+        pending += segment.text
+        while len(pending) >= TEXT_BLOCK_CHARS or (segment.page is not None and pending):
+            cut = _cut_point(pending) if segment.page is None else len(pending)
+            ids.extend(encode(pending[:cut]))
+            pending = pending[cut:]
+            yield from take(final=False)
+    if pending:
+        ids.extend(encode(pending))
+    if not seen_text:
+        raise LocretError(f"{document.name} is empty: there is no text to read")
+    yield from take(final=True)
+
+
+def _cut_point(text: str) -> int:
+    """Where to split a long text block: before the last whitespace in the first TEXT_BLOCK_CHARS characters."""
+    cut = max(text.rfind(" ", 0, TEXT_BLOCK_CHARS), text.rfind("\n", 0, TEXT_BLOCK_CHARS))
+    return cut if cut > 0 else TEXT_BLOCK_CHARS

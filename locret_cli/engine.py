@@ -1,0 +1,200 @@
+"""Chunked prefill with bounded-cache eviction, then question prefill and decoding.
+
+The functions here never print. Progress goes out through a callback; timings are taken after synchronising the
+device, and nothing is warmed up first.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from contextlib import nullcontext
+from dataclasses import dataclass, replace
+
+import torch
+
+from locret_cli.cache import LocretCache
+from locret_cli.capture import capture_qkv
+from locret_cli.documents import TokenChunk
+from locret_cli.errors import LocretError
+from locret_cli.policies import Policy, select
+from locret_cli.rope import frequencies_for, rotary_module
+
+POSITION_MODES = ("compact", "original")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How a document streams through the model."""
+
+    budget: int = 6000
+    chunk_size: int = 3072
+    stabilizers: int = 2500
+    positions: str = "compact"
+    max_new_tokens: int = 256
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int = 0
+
+    def checked(self, warn: Callable[[str], None]) -> "Settings":
+        """These settings made valid: bad values raise LocretError; stabilizers >= budget are clipped to budget // 2."""
+        for name in ("budget", "chunk_size", "max_new_tokens"):
+            if getattr(self, name) <= 0:
+                raise LocretError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
+        if self.stabilizers < 0:
+            raise LocretError(f"--stabilizers must be zero or more, got {self.stabilizers}")
+        if self.positions not in POSITION_MODES:
+            raise LocretError(f"--positions must be compact or original, got {self.positions!r}")
+        if self.temperature < 0 or not 0 < self.top_p <= 1:
+            raise LocretError("--temperature must be >= 0 and --top-p in (0, 1]")
+        if self.stabilizers >= self.budget:
+            clipped = self.budget // 2
+            warn(f"--stabilizers {self.stabilizers} does not fit in --budget {self.budget}; using {clipped}")
+            return replace(self, stabilizers=clipped)
+        return self
+
+
+@dataclass
+class Progress:
+    """Sent after every document chunk."""
+
+    tokens: int
+    units_done: int
+    first_page: int | None
+    last_page: int | None
+    cache_tokens: int
+
+
+@dataclass
+class Generation:
+    """What one run produced and what it cost."""
+
+    token_ids: list[int]
+    document_tokens: int
+    question_tokens: int
+    cache_peak_tokens: int
+    cache_peak_bytes: int
+    time_to_first_token_s: float  # document and question prefill, and the first token
+    decode_s: float
+    decode_steps: int
+
+
+class Engine:
+    """Runs one document and question through `model` with `policy`, never holding more than budget + chunk."""
+
+    def __init__(self, model, policy: Policy, settings: Settings, stop_ids: set[int]):
+        self.model, self.policy, self.settings, self.stop_ids = model, policy, settings, stop_ids
+        self.device = model.device
+        self.rotary = rotary_module(model)
+        self.cache = LocretCache(model.config.get_text_config(decoder=True).num_hidden_layers)
+        self.seen = 0  # tokens of input consumed so far
+        self.generator = torch.Generator(device="cpu").manual_seed(settings.seed)
+
+    def run(
+        self,
+        chunks: Iterable[TokenChunk],
+        question_ids: list[int],
+        on_progress: Callable[[Progress], None] | None = None,
+    ) -> Generation:
+        start = self._clock()
+        for chunk in chunks:
+            self.prefill_chunk(chunk.ids)
+            if on_progress:
+                on_progress(Progress(self.seen, chunk.units_done, chunk.first_page, chunk.last_page, self.cache.length()))
+        document_tokens = self.seen
+        logits = self.forward(question_ids, score=False)
+        first = self.pick(logits)
+        first_token_at = self._clock()
+        tokens, steps = self.decode(first)
+        end = self._clock()
+        return Generation(
+            token_ids=tokens,
+            document_tokens=document_tokens,
+            question_tokens=len(question_ids),
+            cache_peak_tokens=self.cache.peak_tokens,
+            cache_peak_bytes=self.cache.peak_bytes,
+            time_to_first_token_s=first_token_at - start,
+            decode_s=end - first_token_at,
+            decode_steps=steps,
+        )
+
+    @torch.no_grad()
+    def prefill_chunk(self, ids: list[int]) -> None:
+        """Append one chunk to the cache, scoring it, then evict down to the budget."""
+        self.forward(ids, score=self.policy.evicts)
+        if self.policy.evicts and self.cache.length() > self.settings.budget:
+            self.evict()
+
+    @torch.no_grad()
+    def evict(self) -> None:
+        """Keep the top `budget` entries per KV head, stabilizers first; renumber positions if compact."""
+        budget = self.settings.budget
+        for layer_idx, layer in enumerate(self.cache.layers):
+            self.cache.evict(layer_idx, select(layer.scores, budget, self.settings.stabilizers))
+        if self.settings.positions == "compact":
+            renumbered = torch.arange(budget, device=self.device, dtype=torch.int32)
+            self.cache.move_keys(renumbered.expand_as(self.cache.layers[0].positions), self.cache.frequencies)
+
+    @torch.no_grad()
+    def forward(self, ids: list[int], score: bool) -> torch.Tensor:
+        """Run `ids` through the model on top of the cache; returns the last position's logits (vocab,)."""
+        token_index = torch.arange(self.seen, self.seen + len(ids), device=self.device)
+        if self.settings.positions == "compact":
+            start = self.cache.length()
+            positions = torch.arange(start, start + len(ids), device=self.device)
+        else:
+            positions = token_index
+        self._sync_frequencies(positions)
+        self.cache.stage(positions)
+        capture = nullcontext()
+        if score:
+            def on_qkv(layer_idx, q, k, v):
+                self.cache.stage_scores(layer_idx, self.policy.score(layer_idx, q, k, v, token_index))
+
+            capture = capture_qkv(self.model, on_qkv)
+        with capture:
+            out = self.model(
+                input_ids=torch.tensor([ids], device=self.device),
+                position_ids=positions.unsqueeze(0),
+                past_key_values=self.cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+        self.seen += len(ids)
+        self.cache.note_peak()
+        return out.logits[0, -1].float()
+
+    def _sync_frequencies(self, positions: torch.Tensor) -> None:
+        """Longrope and dynamic NTK change frequencies with length: bring cached keys along when they do."""
+        frequencies = frequencies_for(self.rotary, positions)
+        if self.cache.frequencies is None or self.cache.length() == 0:
+            self.cache.frequencies = frequencies
+        elif not torch.equal(frequencies, self.cache.frequencies):
+            self.cache.move_keys(None, frequencies)
+
+    def decode(self, first: int) -> tuple[list[int], int]:
+        """Greedy (or sampled) decoding from `first` until a stop token or max_new_tokens; returns (tokens, steps)."""
+        tokens, steps, token = [], 0, first
+        while token not in self.stop_ids:
+            tokens.append(token)
+            if len(tokens) >= self.settings.max_new_tokens:
+                break
+            token = self.pick(self.forward([token], score=False))
+            steps += 1
+        return tokens, steps
+
+    def pick(self, logits: torch.Tensor) -> int:
+        """Next token from logits (vocab,): argmax at temperature 0, else top-p sampling."""
+        if self.settings.temperature == 0:
+            return int(logits.argmax())
+        probs = torch.softmax(logits.cpu() / self.settings.temperature, dim=-1)
+        ordered, index = probs.sort(descending=True)
+        keep = ordered.cumsum(-1) - ordered < self.settings.top_p
+        ordered = torch.where(keep, ordered, 0.0)
+        choice = torch.multinomial(ordered / ordered.sum(), 1, generator=self.generator)
+        return int(index[choice])
+
+    def _clock(self) -> float:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter()

@@ -1,0 +1,106 @@
+"""Loading a model and tokenizer from the Hub or a local directory, with the user's device, dtype and 4-bit choice."""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from locret_cli.capture import check_projections
+from locret_cli.errors import LocretError
+from locret_cli.rope import check_supported
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+@dataclass
+class LoadedModel:
+    model: torch.nn.Module
+    tokenizer: object
+    name: str
+    defaults: dict  # engine settings recorded with the model (the embedded model has some), else empty
+
+
+def resolve_device(device: str) -> torch.device:
+    """auto -> cuda when available, else cpu. cuda without CUDA is an error."""
+    if device not in ("auto", "cpu", "cuda"):
+        raise LocretError(f"unknown device {device!r}; choose auto, cpu or cuda")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise LocretError("--device cuda was asked for, but this torch build sees no CUDA device; use --device cpu")
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.device(device)
+
+
+def cpu_has_fast_bf16() -> bool:
+    """True on CPUs with AMX or AVX512-BF16, where bf16 matmuls beat fp32 by a wide margin."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "amx_bf16" in flags or "avx512_bf16" in flags
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """auto -> bf16 on CUDA and on CPUs with fast bf16, else fp32."""
+    if dtype == "auto":
+        fast = device.type == "cuda" or cpu_has_fast_bf16()
+        return torch.bfloat16 if fast else torch.float32
+    if dtype not in DTYPES:
+        raise LocretError(f"unknown dtype {dtype!r}; choose auto, bf16, fp16 or fp32")
+    return DTYPES[dtype]
+
+
+def load_model(
+    name: str,
+    device: str = "auto",
+    dtype: str = "auto",
+    load_4bit: bool = False,
+    trust_remote_code: bool = False,
+) -> LoadedModel:
+    """Load a causal LM and its tokenizer by Hub id or local directory, and check locret can drive it."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch_device = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, torch_device)
+    kwargs: dict = {"dtype": torch_dtype, "trust_remote_code": trust_remote_code, "attn_implementation": "sdpa"}
+    if load_4bit:
+        if importlib.util.find_spec("bitsandbytes") is None:
+            raise LocretError("--load-4bit needs bitsandbytes: pip install 'locret-cli[4bit]'")
+        from transformers import BitsAndBytesConfig
+
+        kwargs["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch_dtype
+        )
+        kwargs["device_map"] = {"": str(torch_device)}
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=trust_remote_code)
+        model = AutoModelForCausalLM.from_pretrained(name, **kwargs)
+    except (OSError, ValueError) as exc:
+        raise LocretError(_explain_load_failure(name, exc)) from None
+    if not load_4bit:
+        model = model.to(torch_device)
+    model.eval()
+    check_supported(model.config)
+    check_projections(model)
+    return LoadedModel(model, tokenizer, name, {})
+
+
+def _explain_load_failure(name: str, exc: Exception) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if Path(name).exists():
+        return f"cannot load the model in {name}: {text}"
+    if "/" in name or not Path(name).is_absolute():
+        offline = "offline" in text.lower() or "connect" in text.lower() or "resolve" in text.lower()
+        how = (
+            "this machine cannot reach the Hub and the model is not in the local cache"
+            if offline
+            else "it is neither a local directory nor a Hub model this machine could fetch"
+        )
+        return (
+            f"cannot load model {name!r}: {how}; download it where there is network "
+            f"(`hf download {name}`) or pass a local directory to --model"
+        )
+    return f"cannot load model {name!r}: {text}"
