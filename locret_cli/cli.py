@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import sys
+from contextlib import nullcontext
 from typing import Annotated, Optional
 
 import typer
@@ -24,6 +26,15 @@ def _root() -> None:
     """Keeps `ask` a named subcommand, with `train` and `bench` to come beside it."""
 
 
+def quiet_libraries() -> None:
+    """Our own progress and messages replace the libraries' bars and log lines on stderr."""
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    logging.getLogger("pypdf").setLevel(logging.ERROR)
+
+
 def domain_errors(command):
     """Turn LocretError into one line on stderr and exit status 1; Ctrl-C into status 130."""
 
@@ -32,7 +43,7 @@ def domain_errors(command):
         try:
             return command(*args, **kwargs)
         except LocretError as exc:
-            Console(stderr=True, highlight=False).print(f"[bold red]error:[/] {exc}", markup=True)
+            Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {exc}", markup=True)
             raise typer.Exit(1) from None
         except KeyboardInterrupt:
             Console(stderr=True).print("interrupted")
@@ -70,7 +81,7 @@ def ask(
     from locret_cli.documents import open_document
     from locret_cli.report import DocumentProgress, cost_table
 
-    err = Console(stderr=True, highlight=False)
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
     out = Console(highlight=False, soft_wrap=True)
     if source == "-" and sys.stdin.isatty():
         raise LocretError("SOURCE is -, but nothing is piped into stdin")
@@ -78,14 +89,16 @@ def ask(
     def warn(message: str) -> None:
         err.print(f"[yellow]warning:[/] {message}")
 
-    session = load_session(model, heads, policy, device, dtype, load_4bit, trust_remote_code)
+    quiet_libraries()
+    document = open_document(source, encoding=encoding)
+    with err.status(f"loading {model or 'the embedded model'}", spinner="dots") if not quiet else nullcontext():
+        session = load_session(model, heads, policy, device, dtype, load_4bit, trust_remote_code)
     if model is None and not quiet:
         warn(f"no --model given: using the {session.loaded.name}")
     settings = session.settings(
         warn, budget=budget, chunk_size=chunk_size, stabilizers=stabilizers, positions=positions,
         max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed,
     )
-    document = open_document(source, encoding=encoding)
     with DocumentProgress(err, document.unit, document.total_units, enabled=not quiet) as progress:
         result = session.ask(document, question, settings, on_progress=progress.update)
     for message in result.warnings:

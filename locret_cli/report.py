@@ -63,7 +63,7 @@ class DocumentProgress:
             TimeRemainingColumn(),
             console=console,
             disable=not enabled,
-            transient=False,
+            transient=True,
         )
         self.task = self.bar.add_task("read", total=total, where="", tokens=0, rate=0.0)
 

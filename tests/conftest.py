@@ -1,0 +1,91 @@
+"""Tiny random models of each supported family, built in-process: no network, no downloads."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from transformers import (
+    GenerationConfig,
+    LlamaConfig,
+    LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
+    Phi3Config,
+    Phi3ForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+torch.set_num_threads(min(2, torch.get_num_threads()))
+
+VOCAB = 300
+COMMON = dict(
+    vocab_size=VOCAB,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    max_position_embeddings=4096,
+    eos_token_id=1,
+    bos_token_id=0,
+)
+
+
+def tiny_model(family: str, seed: int = 0):
+    """A 2-layer random model of `family`, fp32, eval mode, sdpa attention."""
+    torch.manual_seed(seed)
+    if family == "llama":  # GQA, with Llama 3.1's RoPE scaling
+        config = LlamaConfig(
+            **COMMON, num_key_value_heads=2,
+            rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                             "high_freq_factor": 4.0, "original_max_position_embeddings": 512},
+        )
+        model = LlamaForCausalLM(config)
+    elif family == "qwen2":  # GQA, q/k/v biases
+        model = Qwen2ForCausalLM(Qwen2Config(**COMMON, num_key_value_heads=2))
+    elif family == "mistral":  # no GQA
+        model = MistralForCausalLM(MistralConfig(**COMMON, num_key_value_heads=4, sliding_window=None))
+    elif family == "phi3":  # fused qkv_proj, longrope switching at 256 positions
+        half = COMMON["hidden_size"] // COMMON["num_attention_heads"] // 2
+        config = Phi3Config(
+            **{**COMMON, "max_position_embeddings": 2048}, num_key_value_heads=4, pad_token_id=0,
+            original_max_position_embeddings=256,
+            rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0,
+                             "short_factor": [1.0 + 0.05 * i for i in range(half)],
+                             "long_factor": [2.0 + 0.3 * i for i in range(half)],
+                             "original_max_position_embeddings": 256},
+        )
+        model = Phi3ForCausalLM(config)
+    else:
+        raise ValueError(family)
+    model.config._attn_implementation = "sdpa"
+    model.generation_config = GenerationConfig(eos_token_id=1)
+    return model.eval()
+
+
+@pytest.fixture(params=["llama", "qwen2", "mistral"])
+def family_model(request):
+    return tiny_model(request.param)
+
+
+@pytest.fixture
+def llama():
+    return tiny_model("llama")
+
+
+def save_model_dir(model, path):
+    """Write `model` with a byte-level fast tokenizer (<s>=0, </s>=1, bytes from 2) as a loadable local model."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    vocab = {"<s>": 0, "</s>": 1, **{ch: i + 2 for i, ch in enumerate(alphabet)}}
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>").save_pretrained(path)
+    model.save_pretrained(path)
+    return path

@@ -1,0 +1,154 @@
+"""`locret ask` through Typer's CliRunner: stdin, --json, --quiet, and a one-line error for each bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from conftest import save_model_dir, tiny_model
+from locret_cli.cli import app
+from locret_cli.heads import RetainingHeads
+from pdfs import encrypted_pdf, image_only_pdf, text_pdf
+
+runner = CliRunner()
+FILLER = "The river bends past the old mill, where the miller counts his sacks twice a day. "
+DOCUMENT = FILLER * 20 + "The gate code of the north depot is 4821. " + FILLER * 20
+
+
+@pytest.fixture
+def doc(tmp_path):
+    path = tmp_path / "doc.txt"
+    path.write_text(DOCUMENT)
+    return path
+
+
+@pytest.fixture
+def llama_dir(tmp_path):
+    return save_model_dir(tiny_model("llama"), tmp_path / "llama")
+
+
+def ask(*args, input=None):
+    return runner.invoke(app, ["ask", *map(str, args)], input=input)
+
+
+def test_json_document_has_every_key_and_nothing_else_on_stdout(doc):
+    result = ask(doc, "What is the gate code?", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert set(data) >= {"answer", "document", "budget", "chunk_size", "policy", "kv_cache", "memory", "speed"}
+    assert data["document"] == {"tokens": len(DOCUMENT.encode()), "pages": None}
+    assert (data["budget"], data["chunk_size"], data["policy"]) == (1024, 512, "locret")
+    assert set(data["kv_cache"]) == {"peak_tokens", "peak_bytes", "full_cache_bytes"}
+    assert data["kv_cache"]["peak_tokens"] == 1024 + 512
+    assert 0 < data["kv_cache"]["peak_bytes"] < data["kv_cache"]["full_cache_bytes"]
+    assert set(data["memory"]) == {"peak_bytes", "device"} and data["memory"]["peak_bytes"] > 0
+    assert set(data["speed"]) == {"prefill_tokens_per_s", "decode_tokens_per_s", "time_to_first_token_s", "total_s"}
+    assert data["speed"]["prefill_tokens_per_s"] > 0
+
+
+def test_stdin_quiet_and_json_agree(doc):
+    by_file = json.loads(ask(doc, "What is the gate code?", "--json").stdout)
+    piped = ask("-", "What is the gate code?", "--json", input=DOCUMENT.encode())
+    assert piped.exit_code == 0, piped.output
+    assert json.loads(piped.stdout)["answer"] == by_file["answer"]
+    quiet = ask(doc, "What is the gate code?", "-q")
+    assert quiet.exit_code == 0 and quiet.stdout == by_file["answer"] + "\n"
+    assert quiet.stderr == ""
+
+
+def test_table_goes_to_stderr_and_answer_to_stdout(doc):
+    result = ask(doc, "What is the gate code?")
+    assert result.exit_code == 0
+    assert "What it cost" in result.stderr and "KV cache peak" in result.stderr
+    assert "What it cost" not in result.stdout
+
+
+def test_stabilizers_that_do_not_fit_are_clipped_with_a_warning(doc):
+    result = ask(doc, "q?", "--json", "--budget", 100, "--stabilizers", 100)
+    assert result.exit_code == 0
+    assert json.loads(result.stdout)["stabilizers"] == 50
+    assert "does not fit" in result.stderr
+
+
+def test_local_model_with_heads_and_baseline_policies(tmp_path, doc, llama_dir):
+    RetainingHeads.for_model(tiny_model("llama"), hidden=16).save(tmp_path / "heads")
+    base = [doc, "q?", "--model", llama_dir, "--json", "--budget", 64, "--chunk-size", 32, "--max-new-tokens", 4]
+    for extra in (["--heads", tmp_path / "heads"], ["--policy", "streaming"], ["--policy", "full"]):
+        result = ask(*base, *extra)
+        assert result.exit_code == 0, result.output
+        data = json.loads(result.stdout)
+        expected_peak = len(DOCUMENT) + 1 + data["kv_cache"]["peak_tokens"] - data["kv_cache"]["peak_tokens"]
+        if data["policy"] == "full":
+            assert data["kv_cache"]["peak_tokens"] > expected_peak
+        else:
+            assert data["kv_cache"]["peak_tokens"] == 64 + 32
+
+
+def bad_inputs(tmp_path, llama_dir):
+    """(arguments, stdin, expected message) for every bad input the issue lists."""
+    doc = tmp_path / "ok.txt"
+    doc.write_text(DOCUMENT)
+    (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "corrupt.pdf").write_bytes(b"%PDF-1.4\nnonsense")
+    plain = text_pdf(tmp_path / "plain.pdf", ["text"])
+    RetainingHeads.for_model(tiny_model("mistral"), hidden=8).save(tmp_path / "mistral-heads")
+    gpt2_dir = tmp_path / "gpt2"
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    save_model_dir(GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=300)), gpt2_dir)
+    return [
+        ([tmp_path / "missing.txt", "q?"], None, "no such file"),
+        ([tmp_path, "q?"], None, "is a directory"),
+        ([tmp_path / "empty.txt", "q?"], None, "is empty"),
+        (["-", "q?"], b"", "is empty"),
+        ([tmp_path / "corrupt.pdf", "q?"], None, "not a readable PDF"),
+        ([encrypted_pdf(tmp_path / "locked.pdf", plain), "q?"], None, "is encrypted"),
+        ([image_only_pdf(tmp_path / "scan.pdf"), "q?"], None, "no text layer"),
+        ([doc, "q?", "--budget", 0], None, "--budget must be positive"),
+        ([doc, "q?", "--chunk-size", 0], None, "--chunk-size must be positive"),
+        ([doc, "q?", "--positions", "sideways"], None, "--positions must be compact or original"),
+        ([doc, "   "], None, "the question is empty"),
+        ([doc, "q?", "--model", llama_dir, "--heads", tmp_path / "mistral-heads"], None, "another model shape"),
+        ([doc, "q?", "--model", llama_dir], None, "needs retaining heads"),
+        ([doc, "q?", "--model", llama_dir, "--heads", tmp_path / "nowhere"], None, "heads not found"),
+        ([doc, "q?", "--model", gpt2_dir, "--policy", "full"], None, "'gpt2' is not supported"),
+        ([doc, "q?", "--model", "no-such-org/no-such-model"], None, "cannot load model"),
+        ([doc, "q?", "--policy", "psychic"], None, "unknown policy"),
+        ([doc, "q?", "--dtype", "fp8"], None, "unknown dtype"),
+    ]
+
+
+def test_each_bad_input_gets_one_line_and_a_nonzero_exit(tmp_path, llama_dir):
+    for args, stdin, message in bad_inputs(tmp_path, llama_dir):
+        result = ask(*args, input=stdin)
+        assert result.exit_code == 1, (args, result.output)
+        errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1 and message in errors[0], (args, result.stderr)
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        assert all(line.startswith(("error:", "warning:")) for line in lines), result.stderr
+        assert result.stdout == ""
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_cuda_asked_for_but_absent(doc):
+    result = ask(doc, "q?", "--device", "cuda")
+    assert result.exit_code == 1 and "sees no CUDA device" in result.stderr
+
+
+def test_load_4bit_without_bitsandbytes(doc, llama_dir, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "bitsandbytes" else real(name, *a))
+    result = ask(doc, "q?", "--model", llama_dir, "--load-4bit")
+    assert result.exit_code == 1 and "needs bitsandbytes" in result.stderr
+
+
+def test_python_dash_m_runs_the_same_cli():
+    out = subprocess.run([sys.executable, "-m", "locret_cli", "ask", "--help"], capture_output=True, text=True)
+    assert out.returncode == 0 and "--budget" in out.stdout

@@ -1,0 +1,179 @@
+"""The engine's exact behaviour: cache sizes, kept indices, stabilizers, per-head selection, full-cache equivalence."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import DynamicCache
+
+from conftest import VOCAB, tiny_model
+from locret_cli.documents import TokenChunk
+from locret_cli.engine import Engine, Settings
+from locret_cli.errors import LocretError
+from locret_cli.heads import RetainingHeads
+from locret_cli.policies import Policy, make_policy
+from locret_cli.policies.locret import LocretPolicy
+
+
+class TablePolicy(Policy):
+    """Hand-made scores: table[h, i] is the score of token i in KV head h (every layer alike)."""
+
+    name = "table"
+
+    def __init__(self, table: torch.Tensor):
+        self.table = table
+
+    def score(self, layer_idx, q, k, v, token_index):
+        return self.table[:, token_index].unsqueeze(0).clone()
+
+
+def chunks_of(ids: list[int], size: int) -> list[TokenChunk]:
+    return [TokenChunk(ids[i:i + size], None, None, i + len(ids[i:i + size])) for i in range(0, len(ids), size)]
+
+
+def random_ids(n: int, seed: int = 1) -> list[int]:
+    return torch.randint(2, VOCAB, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+def expected_kept(table: torch.Tensor, n: int, chunk: int, budget: int, stabilizers: int) -> list[list[int]]:
+    """Reference selection in plain Python, chunk by chunk, per head."""
+    kept = [[] for _ in range(table.shape[0])]
+    for start in range(0, n, chunk):
+        for h in range(table.shape[0]):
+            candidates = kept[h] + list(range(start, min(start + chunk, n)))
+            if len(candidates) > budget:
+                stable = candidates[len(candidates) - stabilizers:]
+                rest = sorted(candidates[: len(candidates) - stabilizers], key=lambda i: -float(table[h, i]))
+                candidates = sorted(stable + rest[: budget - stabilizers])
+            kept[h] = candidates
+    return kept
+
+
+def run(model, policy, settings, ids, question=(5, 6, 7), on_progress=None):
+    engine = Engine(model, policy, settings, stop_ids={1})
+    return engine, engine.run(chunks_of(ids, settings.chunk_size), list(question), on_progress)
+
+
+def distinct_table(kv_heads: int, n: int) -> torch.Tensor:
+    """Head 0 prefers early tokens, head 1 a scrambled order: no ties, different choices per head."""
+    rows = [-torch.arange(n, dtype=torch.float32), ((torch.arange(n) * 37) % 101).float() + torch.arange(n) / 1000]
+    return torch.stack([rows[h % 2] for h in range(kv_heads)])
+
+
+def test_cache_size_after_every_chunk_and_peak(llama):
+    n, settings = 100, Settings(budget=24, chunk_size=10, stabilizers=4, max_new_tokens=3)
+    sizes = []
+    engine, generation = run(llama, make_policy("streaming", llama), settings, random_ids(n),
+                             on_progress=lambda p: sizes.append(p.cache_tokens))
+    assert sizes == [min(10 * (i + 1), 24) for i in range(10)]
+    assert generation.cache_peak_tokens == 24 + 10  # budget + chunk, never more
+    assert generation.document_tokens == n
+
+
+@pytest.mark.parametrize("positions", ["original", "compact"])
+def test_kept_indices_stabilizers_and_per_head_selection(llama, positions):
+    n, budget, chunk, stab = 60, 16, 8, 3
+    table = distinct_table(2, n)
+    settings = Settings(budget=budget, chunk_size=chunk, stabilizers=stab, positions=positions, max_new_tokens=1)
+    reference = expected_kept(table, n, chunk, budget, stab)
+    assert reference[0] != reference[1]  # the two heads really choose differently
+
+    snapshots = []
+    engine = Engine(llama, TablePolicy(table), settings, stop_ids={1})
+    for chunk_ids in chunks_of(random_ids(n), chunk):
+        engine.prefill_chunk(chunk_ids.ids)
+        snapshots.append([layer.values.clone() for layer in engine.cache.layers])
+        seen = engine.seen
+        for layer in engine.cache.layers:
+            if positions == "original":
+                kept = layer.positions[0]
+                for h in range(2):  # stabilizers: the newest entries always survive
+                    assert set(range(max(0, seen - stab), seen)) <= set(kept[h].tolist())
+            else:
+                assert layer.positions[0].tolist() == [list(range(min(seen, budget)))] * 2
+    if positions == "original":
+        for layer in engine.cache.layers:
+            assert layer.positions[0].tolist() == reference
+
+
+def test_compact_keeps_the_same_entries_as_original(llama):
+    """Layer 0's values depend only on the token, so equal values mean the same tokens were kept."""
+    n, table = 60, distinct_table(2, 60)
+    layer0 = {}
+    for positions in ("original", "compact"):
+        settings = Settings(budget=16, chunk_size=8, stabilizers=3, positions=positions, max_new_tokens=1)
+        engine = Engine(llama, TablePolicy(table), settings, stop_ids={1})
+        for chunk in chunks_of(random_ids(n), 8):
+            engine.prefill_chunk(chunk.ids)
+        layer0[positions] = engine.cache.layers[0].values
+    torch.testing.assert_close(layer0["original"], layer0["compact"])
+
+
+def first_logits(model, policy, settings, ids, question):
+    engine = Engine(model, policy, settings, stop_ids={1})
+    for chunk in chunks_of(ids, settings.chunk_size):
+        engine.prefill_chunk(chunk.ids)
+    return engine.forward(question, score=False)
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "mistral", "phi3"])
+def test_budget_covering_document_equals_full_cache(family):
+    """No eviction and original positions: chunked prefill gives the plain model's logits."""
+    model = tiny_model(family)
+    ids, question = random_ids(200), [5, 6, 7, 8]  # Phi-3 stays below its longrope switch at 256 positions
+    heads = RetainingHeads.for_model(model, hidden=32)
+    settings = Settings(budget=400, chunk_size=64, stabilizers=8, positions="original")
+    got = first_logits(model, LocretPolicy(heads), settings, ids, question)
+    with torch.no_grad():
+        want = model(torch.tensor([ids + question])).logits[0, -1]
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_longrope_switch_moves_cached_keys_to_long_frequencies():
+    """Crossing 256 positions switches Phi-3 to its long factors: the first layer's cached keys (which depend only
+    on the tokens) must then equal the keys a single long-frequency pass computes. Deeper layers legitimately
+    differ: tokens read before the switch were encoded under the short frequencies."""
+    model = tiny_model("phi3")
+    ids = random_ids(300)
+    engine = Engine(model, make_policy("full", model), Settings(budget=400, chunk_size=64, positions="original"), {1})
+    for chunk in chunks_of(ids, 64):
+        engine.prefill_chunk(chunk.ids)
+    reference = DynamicCache(config=model.config)
+    with torch.no_grad():
+        model(torch.tensor([ids]), past_key_values=reference, use_cache=True)
+    torch.testing.assert_close(engine.cache.layers[0].keys, reference.layers[0].keys, rtol=1e-5, atol=1e-5)
+
+
+def test_greedy_answer_equals_generate(llama):
+    ids = random_ids(80)
+    settings = Settings(budget=200, chunk_size=32, stabilizers=8, positions="original", max_new_tokens=6)
+    _, generation = run(llama, make_policy("full", llama), settings, ids, question=[9, 10])
+    with torch.no_grad():
+        out = llama.generate(torch.tensor([ids + [9, 10]]), max_new_tokens=6, do_sample=False,
+                             eos_token_id=1, pad_token_id=0)
+    want = out[0, len(ids) + 2:].tolist()
+    assert generation.token_ids == [t for t in want if t != 1][: len(generation.token_ids)]
+    assert len(generation.token_ids) == len([t for t in want if t != 1])
+
+
+def test_full_policy_never_evicts(llama):
+    settings = Settings(budget=8, chunk_size=10, stabilizers=2, max_new_tokens=1)
+    _, generation = run(llama, make_policy("full", llama), settings, random_ids(50), question=[3])
+    assert generation.cache_peak_tokens == 51
+
+
+def test_streaming_keeps_sinks_and_recent_window(llama):
+    settings = Settings(budget=12, chunk_size=10, stabilizers=2, positions="original", max_new_tokens=1)
+    engine = Engine(llama, make_policy("streaming", llama), settings, stop_ids={1})
+    for chunk in chunks_of(random_ids(50), 10):
+        engine.prefill_chunk(chunk.ids)
+    assert engine.cache.layers[1].positions[0, 0].tolist() == [0, 1, 2, 3] + list(range(42, 50))
+
+
+def test_settings_are_checked():
+    warnings = []
+    assert Settings(budget=100, stabilizers=100).checked(warnings.append).stabilizers == 50
+    assert "does not fit" in warnings[0]
+    for bad in (dict(budget=0), dict(chunk_size=-1), dict(stabilizers=-1), dict(positions="x"), dict(top_p=0)):
+        with pytest.raises(LocretError):
+            Settings(**bad).checked(warnings.append)

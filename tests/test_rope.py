@@ -1,0 +1,71 @@
+"""Re-rotating a cached key must equal computing RoPE afresh from its pre-RoPE key at the new position."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+from transformers import GPT2Config
+
+from conftest import tiny_model
+from locret_cli.errors import LocretError
+from locret_cli.rope import check_supported, frequencies_for, rerotation_angles, rotary_module, rotate
+
+
+def rope_at(model, family, pre_rope_keys, positions):
+    """What the model itself stores for keys at `positions`: its rotary module and its apply_rotary_pos_emb."""
+    module = importlib.import_module(f"transformers.models.{family}.modeling_{family}")
+    cos, sin = rotary_module(model)(pre_rope_keys, positions.view(1, -1))
+    _, keys = module.apply_rotary_pos_emb(pre_rope_keys, pre_rope_keys, cos, sin)
+    return keys
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "mistral", "phi3"])
+def test_rerotation_equals_fresh_rope(family):
+    model = tiny_model(family)
+    rotary = rotary_module(model)
+    head_dim = model.config.hidden_size // model.config.num_attention_heads
+    keys = torch.randn(1, 2, 6, head_dim, generator=torch.Generator().manual_seed(3))
+    old = torch.tensor([0, 5, 17, 100, 200, 250])
+    new = torch.tensor([0, 1, 2, 3, 4, 5])  # compact renumbering moves keys backwards
+    freq = frequencies_for(rotary, old)
+    assert torch.equal(freq, frequencies_for(rotary, new))
+    stored = rope_at(model, family, keys, old)
+    angles = rerotation_angles(old.expand(1, 2, 6), new.expand(1, 2, 6), freq, freq)
+    torch.testing.assert_close(rotate(stored, angles), rope_at(model, family, keys, new), rtol=1e-5, atol=1e-5)
+
+
+def test_rerotation_across_a_longrope_frequency_switch():
+    model = tiny_model("phi3")
+    rotary = rotary_module(model)
+    keys = torch.randn(1, 4, 5, 16, generator=torch.Generator().manual_seed(4))
+    short_positions, long_positions = torch.tensor([1, 2, 30, 90, 200]), torch.tensor([300, 301, 400, 700, 900])
+    short = frequencies_for(rotary, short_positions)
+    stored = rope_at(model, "phi3", keys, short_positions)
+    long = frequencies_for(rotary, long_positions)
+    assert not torch.equal(short, long)
+    angles = rerotation_angles(short_positions.expand(1, 4, 5), long_positions.expand(1, 4, 5), short, long)
+    want = rope_at(model, "phi3", keys, long_positions)
+    torch.testing.assert_close(rotate(stored, angles), want, rtol=1e-5, atol=1e-5)
+
+
+def test_bf16_rerotation_error_stays_at_bf16_rounding():
+    model = tiny_model("llama").to(torch.bfloat16)
+    rotary = rotary_module(model)
+    keys = torch.randn(1, 2, 4, 16, generator=torch.Generator().manual_seed(5)).bfloat16()
+    old, new = torch.tensor([10, 20, 30, 40]), torch.tensor([0, 1, 2, 3])
+    freq = frequencies_for(rotary, old)
+    stored = rope_at(model, "llama", keys, old)
+    moved = rotate(stored, rerotation_angles(old.expand(1, 2, 4), new.expand(1, 2, 4), freq, freq))
+    assert moved.dtype == torch.bfloat16
+    torch.testing.assert_close(moved, rope_at(model, "llama", keys, new), rtol=2e-2, atol=2e-2)
+
+
+def test_unsupported_model_types_and_rope_types_are_refused():
+    with pytest.raises(LocretError, match="gpt2"):
+        check_supported(GPT2Config())
+    config = tiny_model("qwen2").config
+    config.rope_parameters = {"rope_type": "mrope", "rope_theta": 10000.0}
+    with pytest.raises(LocretError, match="mrope"):
+        check_supported(config)
