@@ -33,6 +33,7 @@ class AskResult:
     settings: Settings
     document_tokens: int
     pages: int | None
+    cache_kept_tokens: int
     cache_peak_tokens: int
     cache_peak_bytes: int
     full_cache_bytes: int
@@ -55,6 +56,7 @@ class AskResult:
             "positions": self.settings.positions,
             "policy": self.policy,
             "kv_cache": {
+                "kept_tokens": self.cache_kept_tokens,
                 "peak_tokens": self.cache_peak_tokens,
                 "peak_bytes": self.cache_peak_bytes,
                 "full_cache_bytes": self.full_cache_bytes,
@@ -122,6 +124,7 @@ class Session:
             settings=settings,
             document_tokens=generation.document_tokens - len(prompt.prefix_ids),
             pages=document.pages,
+            cache_kept_tokens=generation.cache_kept_tokens,
             cache_peak_tokens=generation.cache_peak_tokens,
             cache_peak_bytes=generation.cache_peak_bytes,
             full_cache_bytes=full_cache_bytes(model, prompt_tokens + len(generation.token_ids)),

@@ -107,6 +107,8 @@ def ask(
         sys.stdout.write(json.dumps(result.to_json()) + "\n")
         return
     out.print(result.answer, markup=False)
+    if not result.answer and not quiet:
+        warn("the model gave an empty answer (it stopped at once)")
     if not quiet:
         err.print(cost_table(result))
 

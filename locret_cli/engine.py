@@ -72,6 +72,7 @@ class Generation:
     token_ids: list[int]
     document_tokens: int
     question_tokens: int
+    cache_kept_tokens: int  # entries per head once the document is in, before the question
     cache_peak_tokens: int
     cache_peak_bytes: int
     time_to_first_token_s: float  # document and question prefill, and the first token
@@ -101,7 +102,7 @@ class Engine:
             self.prefill_chunk(chunk.ids)
             if on_progress:
                 on_progress(Progress(self.seen, chunk.units_done, chunk.first_page, chunk.last_page, self.cache.length()))
-        document_tokens = self.seen
+        document_tokens, kept = self.seen, self.cache.length()
         logits = self.forward(question_ids, score=False)
         first = self.pick(logits)
         first_token_at = self._clock()
@@ -111,6 +112,7 @@ class Engine:
             token_ids=tokens,
             document_tokens=document_tokens,
             question_tokens=len(question_ids),
+            cache_kept_tokens=kept,
             cache_peak_tokens=self.cache.peak_tokens,
             cache_peak_bytes=self.cache.peak_bytes,
             time_to_first_token_s=first_token_at - start,

@@ -11,6 +11,7 @@ import torch
 from locret_cli.capture import check_projections
 from locret_cli.errors import LocretError
 from locret_cli.rope import check_supported
+from locret_cli.tokenizer import TIKTOKEN_FILE, TiktokenTokenizer
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -61,7 +62,7 @@ def load_model(
     trust_remote_code: bool = False,
 ) -> LoadedModel:
     """Load a causal LM and its tokenizer by Hub id or local directory, and check locret can drive it."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
@@ -76,7 +77,7 @@ def load_model(
         )
         kwargs["device_map"] = {"": str(torch_device)}
     try:
-        tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=trust_remote_code)
+        tokenizer = load_tokenizer(name, trust_remote_code)
         model = AutoModelForCausalLM.from_pretrained(name, **kwargs)
     except (OSError, ValueError) as exc:
         raise LocretError(_explain_load_failure(name, exc)) from None
@@ -86,6 +87,16 @@ def load_model(
     check_supported(model.config)
     check_projections(model)
     return LoadedModel(model, tokenizer, name, {})
+
+
+def load_tokenizer(name: str, trust_remote_code: bool = False):
+    """A local directory with `tokenizer.tiktoken` gets locret's tiktoken tokenizer; anything else AutoTokenizer."""
+    from transformers import AutoTokenizer
+
+    ranks = Path(name) / TIKTOKEN_FILE
+    if ranks.is_file():
+        return TiktokenTokenizer.from_file(ranks)
+    return AutoTokenizer.from_pretrained(name, trust_remote_code=trust_remote_code)
 
 
 def _explain_load_failure(name: str, exc: Exception) -> str:

@@ -33,6 +33,7 @@ def cost_table(result: AskResult) -> Table:
         ("document tokens / pages", f"{result.document_tokens:,} / {pages}"),
         ("policy, positions", f"{result.policy}, {s.positions}"),
         ("budget / chunk / stabilizers", f"{s.budget:,} / {s.chunk_size:,} / {s.stabilizers:,}"),
+        ("tokens kept in the cache (per head)", f"{result.cache_kept_tokens:,}"),
         ("KV cache peak tokens (per head)", f"{result.cache_peak_tokens:,}"),
         ("KV cache peak", human_bytes(result.cache_peak_bytes)),
         ("full cache would need", f"{human_bytes(result.full_cache_bytes)} ({saved:,.1f}x)"),

@@ -16,6 +16,7 @@ from locret_cli.errors import LocretError
 
 # Splits text like GPT-2: contractions, runs of letters, runs of digits one at a time, punctuation, whitespace.
 SPLIT_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+TIKTOKEN_FILE = "tokenizer.tiktoken"  # a model directory holding this file uses TiktokenTokenizer
 SPECIAL_TOKENS = ("<|endoftext|>", "<|user|>", "<|assistant|>", "<|end|>")
 
 
@@ -63,8 +64,8 @@ class TiktokenTokenizer:
         return self.encoding.encode(text, allowed_special="all")
 
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
-        if skip_special_tokens:
-            ids = [i for i in ids if i not in self.special_ids]
+        """Text of `ids`. Ids past the vocabulary (models often pad theirs) decode to nothing."""
+        ids = [i for i in ids if i < self.encoding.n_vocab and not (skip_special_tokens and i in self.special_ids)]
         return self.encoding.decode(ids, errors="replace")
 
     def apply_chat_template(self, messages: list[dict], tokenize: bool = False, add_generation_prompt: bool = True):

@@ -98,6 +98,7 @@ def test_tokenizer_round_trip(tmp_path):
     text = "Ünïcödé, digits 0123 and <|end|> markers"
     ids = BYTES.encode(text)
     assert BYTES.decode(ids) == text.replace("<|end|>", "")
+    assert BYTES.decode(ids + [len(BYTES) + 5]) == BYTES.decode(ids)  # ids of a padded vocabulary
     BYTES.save(tmp_path / "ranks.tiktoken")
     again = TiktokenTokenizer.from_file(tmp_path / "ranks.tiktoken")
     assert again.encode(text) == ids

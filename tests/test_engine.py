@@ -177,3 +177,14 @@ def test_settings_are_checked():
     for bad in (dict(budget=0), dict(chunk_size=-1), dict(stabilizers=-1), dict(positions="x"), dict(top_p=0)):
         with pytest.raises(LocretError):
             Settings(**bad).checked(warnings.append)
+
+
+def test_sampling_is_seeded_and_top_p_narrows_to_the_best(llama):
+    logits = torch.tensor([0.0, 3.0, 2.9, -1.0])
+    narrow = Engine(llama, make_policy("full", llama), Settings(temperature=1.0, top_p=1e-6), {1})
+    assert [narrow.pick(logits) for _ in range(5)] == [1] * 5
+    draws = []
+    for _ in range(2):
+        engine = Engine(llama, make_policy("full", llama), Settings(temperature=2.0, seed=11), {1})
+        draws.append([engine.pick(logits) for _ in range(20)])
+    assert draws[0] == draws[1] and len(set(draws[0])) > 1
