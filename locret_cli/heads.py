@@ -129,10 +129,11 @@ def compute_dtype(model) -> torch.dtype:
     return next(p.dtype for p in model.parameters() if p.dtype.is_floating_point)
 
 
-def load_heads(path: str | Path, model) -> RetainingHeads:
+def load_heads(path: str | Path, model, dtype: torch.dtype | None = None) -> RetainingHeads:
     """Load heads from our format or an official Locret checkpoint and check them against `model`.
 
-    `path` is a directory or a single weights file. Raises LocretError with the first mismatch found.
+    `path` is a directory or a single weights file; the heads come in `dtype` (default: the model's compute dtype).
+    Raises LocretError with the first mismatch found.
     """
     path = Path(path)
     if not path.exists():
@@ -143,7 +144,7 @@ def load_heads(path: str | Path, model) -> RetainingHeads:
         heads = _load_ours(path, shape)
     else:
         heads = _load_official(path, shape, config.hidden_act)
-    return heads.to(device=model.device, dtype=compute_dtype(model)).eval()
+    return heads.to(device=model.device, dtype=dtype or compute_dtype(model)).eval()
 
 
 def _load_ours(directory: Path, shape: ModelShape) -> RetainingHeads:

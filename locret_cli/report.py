@@ -83,3 +83,50 @@ class DocumentProgress:
             where = human_bytes(event.units_done)
         self.bar.update(self.task, completed=event.units_done, where=where, tokens=event.tokens,
                         rate=event.tokens / elapsed)
+
+
+def train_table(summary, out: str) -> Table:
+    """What training cost and what it reached."""
+    table = Table(title=f"Heads saved to {out}", header_style="bold")
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    layers = ", ".join(f"{a:.2f}" for a in summary.heldout_per_layer)
+    for name, value in [
+        ("steps", f"{summary.steps:,}"),
+        ("examples (train / held out)", f"{summary.train_examples:,} / {summary.heldout_examples:,}"),
+        ("training time", f"{summary.seconds:,.1f} s"),
+        (f"peak memory ({summary.peak_device})", human_bytes(summary.peak_bytes)),
+        ("final loss (SmoothL1 / smoothness)", f"{summary.final_loss:.4f} / {summary.final_smooth:.4f}"),
+        ("held-out top-10% overlap", f"{summary.heldout_accuracy:.3f}"),
+        ("per layer", layers),
+    ]:
+        table.add_row(name, value)
+    return table
+
+
+class TrainProgress:
+    """Two phases on one Rich bar: computing labels, then training steps with loss, accuracy and tokens/s."""
+
+    def __init__(self, console: Console, steps: int):
+        self.bar = Progress(
+            TextColumn("[bold]{task.description}"), BarColumn(), TaskProgressColumn(),
+            TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+            console=console, transient=True,
+        )
+        self.labels_task = self.bar.add_task("labels", total=None, info="")
+        self.steps_task = self.bar.add_task("training", total=steps, info="", visible=False)
+
+    def __enter__(self) -> "TrainProgress":
+        self.bar.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.bar.stop()
+
+    def labels(self, done: int, total: int) -> None:
+        self.bar.update(self.labels_task, completed=done, total=total, info=f"{done}/{total} examples")
+
+    def step(self, report) -> None:
+        self.bar.update(self.steps_task, visible=True, completed=report.step,
+                        info=f"loss {report.loss:.4f} smooth {report.smooth:.4f} acc {report.accuracy:.3f} "
+                             f"{report.tokens_per_s:,.0f} tok/s")

@@ -92,3 +92,67 @@ def distinct_facts(rng: random.Random, count: int) -> list[Fact]:
         fact = attribute_fact(rng)
         facts.setdefault(fact.question, fact)
     return list(facts.values())
+
+
+# --- Facts and filler with held-out vocabularies, for training and evaluating the embedded model ---------------
+# "train" and "dev" draw attributes, entity kinds and words from disjoint lists, and names from pseudo-words, so a
+# model scored on "dev" must copy answers it never saw in training.
+SPLIT_ATTRIBUTES = {
+    "train": ["gate code", "radio channel", "storage room", "contact name", "supply day", "alarm word", "locker number",
+              "shift leader", "meeting point", "backup frequency", "door colour", "parcel tag", "night password",
+              "fuel ration", "ledger number", "bell signal", "cellar key", "tide mark", "lamp count", "seal mark"],
+    "dev": ["access code", "phone extension", "spare key", "duty officer", "harbour berth", "vault number",
+            "signal word", "team mascot", "water ration", "cabinet label", "ticket number", "relay station"],
+}
+SPLIT_KINDS = {
+    "train": ["depot", "station", "archive", "tower", "warehouse", "observatory", "foundry", "harbour", "lodge", "mine",
+              "workshop", "granary", "mill", "bakery", "barracks", "chapel", "ferry", "school", "clinic", "forge"],
+    "dev": ["hangar", "library", "quarry", "brewery", "pavilion", "kennel", "studio", "embassy", "garage", "market"],
+}
+SPLIT_WORDS = {
+    "train": ["lantern", "granite", "meadow", "falcon", "cobalt", "harvest", "juniper", "anchor", "velvet", "thunder",
+              "copper", "saffron", "glacier", "orchid", "pepper", "marble", "willow", "ember", "quartz", "hazel"],
+    "dev": ["biscuit", "canyon", "dolphin", "eclipse", "fjord", "gravel", "hammock", "iris", "jasmine", "kettle"],
+}
+SYLLABLES = ["ka", "lo", "mi", "ren", "dor", "vel", "sa", "tun", "bri", "gal", "os", "pe", "qui", "zan", "hol", "mar",
+             "ti", "nek", "ur", "fa", "ly", "con", "bez", "wid", "ar", "do", "ske", "rul", "vin", "ax"]
+DIRECTIONS = ["north", "south", "east", "west", "upper", "lower", "old", "new", "inner", "outer"]
+
+
+def pseudo_word(rng: random.Random) -> str:
+    """A pronounceable made-up word, capitalised: a name no word list holds."""
+    return "".join(rng.choice(SYLLABLES) for _ in range(rng.randint(2, 3))).capitalize()
+
+
+def novel_fact(rng: random.Random, split: str) -> Fact:
+    """An attribute fact from `split`'s vocabulary, with a made-up place name half of the time."""
+    attribute, kind = rng.choice(SPLIT_ATTRIBUTES[split]), rng.choice(SPLIT_KINDS[split])
+    place = pseudo_word(rng) if rng.random() < 0.5 else rng.choice(DIRECTIONS)
+    entity = f"the {place} {kind}"
+    value = rng.choice([
+        str(rng.randint(100, 999999)),
+        pseudo_word(rng),
+        rng.choice(SPLIT_WORDS[split]),
+    ])
+    return Fact(f"The {attribute} of {entity} is {value}.", f"What is the {attribute} of {entity}?", value, "attribute")
+
+
+def reference_text(split: str) -> str:
+    """Real English (Python's reference manual, shipped with CPython): 80% of topics for train, the rest for dev."""
+    from pydoc_data.topics import topics
+
+    names = sorted(topics)
+    cut = len(names) * 4 // 5
+    chosen = names[:cut] if split == "train" else names[cut:]
+    return "\n\n".join(topics[name] for name in chosen)
+
+
+def word_salad(rng: random.Random, words: int) -> str:
+    """Sentences of shuffled filler words and made-up words: text with no grammar to lean on."""
+    vocabulary = SUBJECTS + OBJECTS + PLACES + ADJECTIVES + NOUNS
+    out = []
+    while len(out) < words:
+        sentence = " ".join(rng.choice(vocabulary) if rng.random() < 0.7 else pseudo_word(rng).lower()
+                            for _ in range(rng.randint(4, 12)))
+        out.append(sentence[0].upper() + sentence[1:] + ".")
+    return " ".join(out)

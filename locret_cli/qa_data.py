@@ -1,0 +1,113 @@
+"""Question-answer examples built at the token level: filler from a pool, facts inserted, questions appended.
+
+An example is laid out exactly as `locret ask` lays out a prompt (`prompt.build_prompt`): the chat template's head,
+the document, the question and template tail, then the answer and an end token. Extra questions follow as further
+chat turns, so each document supervises several answers.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import torch
+
+from locret_cli.prompt import build_prompt
+from locret_cli.synthetic import Fact, novel_fact, paragraphs, passkey_fact, reference_text, word_salad
+
+IGNORE = -100
+
+
+class FillerPool:
+    """A long token array of mixed filler (template prose, real English, word salad) to cut documents from."""
+
+    def __init__(self, tokenizer, split: str, seed: int, characters: int = 1_200_000):
+        rng = random.Random(seed)
+        reference = reference_text(split)
+        pieces, size = [], 0
+        while size < characters:
+            source = rng.random()
+            if source < 0.45:
+                piece = "\n\n".join(paragraphs(rng, 4))
+            elif source < 0.8:
+                start = rng.randrange(0, len(reference) - 3000)
+                piece = reference[start:start + 2500]
+            else:
+                piece = word_salad(rng, 300)
+            pieces.append(piece)
+            size += len(piece)
+        self.tokens = tokenizer.encode("\n\n".join(pieces))
+
+    def filler(self, rng: random.Random, count: int) -> list[int]:
+        """`count` tokens made of 1-4 windows from random places in the pool."""
+        windows = rng.randint(1, 4)
+        cuts = sorted(rng.sample(range(1, count), windows - 1)) if count > windows else []
+        out = []
+        for length in (b - a for a, b in zip([0, *cuts], [*cuts, count])):
+            start = rng.randrange(0, len(self.tokens) - length)
+            out.extend(self.tokens[start:start + length])
+        return out
+
+
+@dataclass
+class Example:
+    input_ids: list[int]
+    labels: list[int]  # IGNORE except at answer tokens and their end token
+    facts: list[Fact]
+    asked: list[Fact]
+
+
+def facts_for(rng: random.Random, split: str, count: int, passkey_chance: float) -> list[Fact]:
+    """`count` facts with distinct questions; one of them a pass key with probability `passkey_chance`."""
+    facts: dict[str, Fact] = {}
+    if rng.random() < passkey_chance:
+        facts["passkey"] = passkey_fact(rng)
+    while len(facts) < count:
+        fact = novel_fact(rng, split)
+        facts.setdefault(fact.question, fact)
+    return list(facts.values())
+
+
+def qa_example(
+    rng: random.Random,
+    tokenizer,
+    pool: FillerPool,
+    document_tokens: int,
+    facts: list[Fact],
+    questions: int,
+) -> Example:
+    """A document of about `document_tokens` tokens holding `facts`, then `questions` of them asked and answered."""
+    statements = [tokenizer.encode(rng.choice([" ", "\n", "\n\n"]) + f.statement + rng.choice([" ", "\n"]))
+                  for f in facts]
+    filler = pool.filler(rng, max(len(facts) + 1, document_tokens - sum(map(len, statements))))
+    cuts = sorted(rng.randrange(0, len(filler) + 1) for _ in statements)
+    document, previous = [], 0
+    for cut, statement in zip(cuts, statements):
+        document += filler[previous:cut] + statement
+        previous = cut
+    document += filler[previous:]
+    asked = rng.sample(facts, min(questions, len(facts)))
+    first = build_prompt(tokenizer, asked[0].question)
+    input_ids = first.prefix_ids + document + first.question_ids
+    labels = [IGNORE] * len(input_ids)
+    for i, fact in enumerate(asked):
+        if i:
+            turn = tokenizer.apply_chat_template([{"role": "user", "content": f"Question: {fact.question}"}])
+            turn_ids = tokenizer.encode(turn)
+            input_ids += turn_ids
+            labels += [IGNORE] * len(turn_ids)
+        answer = tokenizer.encode(fact.answer) + [tokenizer.eos_token_id]
+        input_ids += answer
+        labels += answer
+    return Example(input_ids, labels, facts, asked)
+
+
+def collate(examples: list[Example]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-pad to the longest example: (input_ids, labels), both (B, T) int64; pads are ignored by the loss."""
+    longest = max(len(e.input_ids) for e in examples)
+    ids = torch.zeros(len(examples), longest, dtype=torch.long)
+    labels = torch.full((len(examples), longest), IGNORE, dtype=torch.long)
+    for row, example in enumerate(examples):
+        ids[row, : len(example.input_ids)] = torch.tensor(example.input_ids)
+        labels[row, : len(example.labels)] = torch.tensor(example.labels)
+    return ids, labels

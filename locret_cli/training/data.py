@@ -1,0 +1,105 @@
+"""Training records for retaining heads: JSONL of prompt/answer, or ShareGPT-style JSON conversations.
+
+Bad records are reported by line (JSONL) or index (JSON) and skipped; if nothing usable remains, loading fails with
+one clear error. Prompts are laid out as `locret ask` lays them out (chat template when the tokenizer has one) and
+cut in the middle to `max_len` tokens, keeping the instruction at the start and the question at the end.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from locret_cli.errors import LocretError
+from locret_cli.prompt import stop_token_ids
+
+ASSISTANT_ROLES = {"gpt", "assistant", "model", "bot"}
+
+
+@dataclass
+class Record:
+    prompt: str
+    answer: str
+
+
+@dataclass
+class TokenizedExample:
+    prompt_ids: list[int]
+    answer_ids: list[int]
+
+
+def load_records(path: str | Path, warn) -> list[Record]:
+    """Read `path`; each skipped record is reported through `warn` with where it was."""
+    path = Path(path)
+    if not path.is_file():
+        raise LocretError(f"no such data file: {path}")
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if not text.strip():
+        raise LocretError(f"{path} is empty")
+    stripped = text.lstrip()
+    if stripped.startswith("["):
+        try:
+            items = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise LocretError(f"{path} is not valid JSON: {exc}") from None
+        located = [(f"index {i}", item) for i, item in enumerate(items)]
+    else:
+        located = []
+        for number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                located.append((f"line {number}", json.loads(line)))
+            except json.JSONDecodeError:
+                warn(f"{path} line {number}: not valid JSON, skipped")
+    records = []
+    for where, item in located:
+        record, problem = _record(item)
+        if record is None:
+            warn(f"{path} {where}: {problem}, skipped")
+        else:
+            records.append(record)
+    if not records:
+        raise LocretError(f"{path} has no usable records: each needs 'prompt' and 'answer', or 'conversations'")
+    return records
+
+
+def _record(item) -> tuple[Record | None, str]:
+    if not isinstance(item, dict):
+        return None, "not an object"
+    if "conversations" in item:
+        turns = item["conversations"]
+        if not isinstance(turns, list) or not all(isinstance(t, dict) and "value" in t for t in turns):
+            return None, "'conversations' must be a list of {from, value} turns"
+        last = max((i for i, t in enumerate(turns) if str(t.get("from", "")).lower() in ASSISTANT_ROLES), default=None)
+        if last is None or last == 0:
+            return None, "no assistant turn after a prompt"
+        prompt = "\n\n".join(str(t["value"]) for t in turns[:last])
+        answer = str(turns[last]["value"])
+    else:
+        prompt, answer = item.get("prompt"), item.get("answer")
+        if not isinstance(prompt, str) or not isinstance(answer, str):
+            return None, "needs string fields 'prompt' and 'answer'"
+    if not prompt.strip() or not answer.strip():
+        return None, "empty prompt or answer"
+    return Record(prompt, answer), ""
+
+
+def tokenize(records: list[Record], tokenizer, model, max_len: int) -> list[TokenizedExample]:
+    """Prompt ids (template applied, middle cut to `max_len`) and answer ids ending in an end token."""
+    stop = sorted(stop_token_ids(model, tokenizer))
+    examples = []
+    for record in records:
+        if getattr(tokenizer, "chat_template", None):
+            text = tokenizer.apply_chat_template([{"role": "user", "content": record.prompt}], tokenize=False,
+                                                 add_generation_prompt=True)
+            prompt_ids = list(tokenizer.encode(text, add_special_tokens=False))
+        else:
+            prompt_ids = list(tokenizer.encode(record.prompt, add_special_tokens=True))
+        if len(prompt_ids) > max_len:
+            head = max_len // 2
+            prompt_ids = prompt_ids[:head] + prompt_ids[len(prompt_ids) - (max_len - head):]
+        answer_ids = list(tokenizer.encode(record.answer, add_special_tokens=False)) + stop[:1]
+        examples.append(TokenizedExample(prompt_ids, answer_ids))
+    return examples

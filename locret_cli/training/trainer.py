@@ -1,0 +1,206 @@
+"""Training retaining heads on a frozen model.
+
+Each step takes one example: the frozen model runs on its prompt with the same q/k/v hooks inference uses, and as
+each layer's projections arrive its head predicts scores, the loss SmoothL1(pred, label) + α·MSE(pred[k], pred[k-1])
+is taken, and its gradient flows into that head at once, so only one layer's activations are alive at a time.
+AdamW with linear warmup then linear decay, gradient values clipped. Data order depends only on the seed and the
+step, so a resumed run continues exactly where an uninterrupted one would be.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from locret_cli.capture import capture_qkv
+from locret_cli.errors import LocretError
+from locret_cli.heads import HEADS_CONFIG, RetainingHeads, load_heads
+from locret_cli.measure import peak_memory, reset_peak
+from locret_cli.training.data import TokenizedExample
+from locret_cli.training.labels import LabelCache
+
+CHECKPOINTS = "checkpoints"
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 3000
+    lr: float = 5e-4
+    betas: tuple[float, float] = (0.9, 0.95)
+    weight_decay: float = 0.01
+    warmup: int | None = None  # None: 5% of steps
+    clip_value: float = 0.5
+    smooth_weight: float = 0.0025
+    hidden: int = 1024
+    save_every: int = 500
+    eval_fraction: float = 0.05
+    seed: int = 0
+
+
+@dataclass
+class StepReport:
+    step: int
+    steps: int
+    loss: float
+    smooth: float
+    accuracy: float  # top-10% overlap, mean over layers and KV heads
+    tokens_per_s: float
+
+
+@dataclass
+class TrainSummary:
+    steps: int
+    seconds: float
+    peak_bytes: int
+    peak_device: str
+    final_loss: float
+    final_smooth: float
+    heldout_accuracy: float
+    heldout_per_layer: list[float]
+    heldout_examples: int
+    train_examples: int
+    config: dict = field(default_factory=dict)
+
+
+def top_overlap(pred: torch.Tensor, target: torch.Tensor, fraction: float = 0.1) -> float:
+    """Share of the target's top `fraction` tokens that are also in the prediction's, per KV head, averaged.
+
+    pred, target: (T, kv_heads)."""
+    k = max(1, math.ceil(fraction * pred.shape[0]))
+    hits = 0.0
+    for head in range(pred.shape[1]):
+        chosen = set(pred[:, head].topk(k).indices.tolist())
+        hits += len(chosen & set(target[:, head].topk(k).indices.tolist())) / k
+    return hits / pred.shape[1]
+
+
+class HeadTrainer:
+    """Trains `heads` (float32) for the frozen `model` on tokenized examples with cached labels."""
+
+    def __init__(self, model, examples: list[TokenizedExample], labels: LabelCache, out: Path, config: TrainConfig):
+        if config.steps <= 0:
+            raise LocretError("--steps must be positive")
+        self.model, self.examples, self.labels, self.out, self.config = model, examples, labels, out, config
+        order = list(range(len(examples)))
+        random.Random(config.seed).shuffle(order)
+        held = max(1, round(config.eval_fraction * len(order))) if len(order) >= 2 else 0
+        self.heldout, self.train_order = order[:held], order[held:] or order
+        torch.manual_seed(config.seed)
+        self.warmup = config.warmup if config.warmup is not None else max(1, config.steps // 20)
+        self.step = 0
+        self._optimise(RetainingHeads.for_model(model, config.hidden).float().to(model.device))
+
+    def _optimise(self, heads: RetainingHeads) -> None:
+        """Train `heads` from here on with a fresh AdamW and warmup-then-decay schedule."""
+        self.heads = heads
+        self.optimizer = torch.optim.AdamW(heads.parameters(), lr=self.config.lr, betas=self.config.betas,
+                                           weight_decay=self.config.weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self.lr_factor)
+
+    def lr_factor(self, step: int) -> float:
+        steps, warmup = self.config.steps, self.warmup
+        return min((step + 1) / warmup, max(0.0, (steps - step) / max(1, steps - warmup)))
+
+    def example_at(self, step: int) -> int:
+        epoch, offset = divmod(step, len(self.train_order))
+        order = list(self.train_order)
+        random.Random(self.config.seed * 1_000_003 + epoch).shuffle(order)
+        return order[offset]
+
+    def run_example(self, index: int, train: bool) -> tuple[float, float, list[float]]:
+        """One frozen forward over example `index`'s prompt; returns (loss, smooth, per-layer overlap)."""
+        example = self.examples[index]
+        labels = self.labels.get(index, self.model, example.prompt_ids, example.answer_ids).to(self.model.device)
+        layers = len(self.heads.layers)
+        fits, smooths, overlaps = [0.0] * layers, [0.0] * layers, [0.0] * layers
+        autocast = torch.autocast("cuda", dtype=torch.bfloat16) if self.model.device.type == "cuda" else nullcontext()
+
+        def on_qkv(layer_idx, q, k, v):
+            with torch.enable_grad() if train else nullcontext(), autocast:
+                pred = self.heads.layers[layer_idx](torch.cat((q, k, v), dim=-1)[0].float()).float()
+                target = labels[layer_idx].T
+                fit = F.smooth_l1_loss(pred, target)
+                smooth = F.mse_loss(pred[1:], pred[:-1]) if pred.shape[0] > 1 else pred.sum() * 0
+                if train:
+                    ((fit + self.config.smooth_weight * smooth) / layers).backward()
+            fits[layer_idx], smooths[layer_idx] = fit.item(), smooth.item()
+            overlaps[layer_idx] = top_overlap(pred.detach(), target)
+
+        with torch.no_grad(), capture_qkv(self.model, on_qkv):
+            self.model.model(input_ids=torch.tensor([example.prompt_ids], device=self.model.device))
+        return sum(fits) / layers, sum(smooths) / layers, overlaps
+
+    def train(self, on_step: Callable[[StepReport], None] | None = None) -> TrainSummary:
+        reset_peak(self.model.device)
+        started = time.perf_counter()
+        loss = smooth = float("nan")
+        tokens = 0
+        while self.step < self.config.steps:
+            index = self.example_at(self.step)
+            loss, smooth, overlaps = self.run_example(index, train=True)
+            torch.nn.utils.clip_grad_value_(self.heads.parameters(), self.config.clip_value)
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            self.scheduler.step()
+            self.step += 1
+            tokens += len(self.examples[index].prompt_ids)
+            if self.step % self.config.save_every == 0 or self.step == self.config.steps:
+                self.save_checkpoint()
+            if on_step:
+                elapsed = time.perf_counter() - started
+                on_step(StepReport(self.step, self.config.steps, loss, smooth, sum(overlaps) / len(overlaps),
+                                   tokens / elapsed))
+        per_layer = self.evaluate()
+        memory, device = peak_memory(self.model.device)
+        return TrainSummary(
+            steps=self.step, seconds=time.perf_counter() - started, peak_bytes=memory, peak_device=device,
+            final_loss=loss, final_smooth=smooth, heldout_accuracy=sum(per_layer) / len(per_layer),
+            heldout_per_layer=per_layer, heldout_examples=len(self.heldout), train_examples=len(self.train_order),
+            config=asdict(self.config),
+        )
+
+    def evaluate(self) -> list[float]:
+        """Top-10% overlap per layer over the held-out split (the training split if nothing was held out)."""
+        indices = self.heldout or self.train_order
+        totals = [0.0] * len(self.heads.layers)
+        for index in indices:
+            _, _, overlaps = self.run_example(index, train=False)
+            totals = [t + o for t, o in zip(totals, overlaps)]
+        return [t / len(indices) for t in totals]
+
+    def save_checkpoint(self) -> None:
+        directory = self.out / CHECKPOINTS / f"step-{self.step:07d}"
+        self.heads.save(directory)
+        state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(), "step": self.step}
+        torch.save(state, directory / "state.pt")
+        for old in sorted((self.out / CHECKPOINTS).glob("step-*"))[:-2]:
+            for file in old.iterdir():
+                file.unlink()
+            old.rmdir()
+
+    def resume(self) -> bool:
+        """Continue from the newest checkpoint in `out`; False when there is none."""
+        found = sorted((self.out / CHECKPOINTS).glob("step-*"))
+        if not found:
+            return False
+        latest = found[-1]
+        self._optimise(load_heads(latest, self.model, dtype=torch.float32))
+        state = torch.load(latest / "state.pt", map_location=self.model.device, weights_only=True)
+        self.optimizer.load_state_dict(state["optimizer"])  # after the scheduler, which resets the lr it finds
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.step = state["step"]
+        return True
+
+
+def check_output(out: Path, resume: bool, overwrite: bool) -> None:
+    """Never replace heads the user already has unless asked."""
+    if (out / HEADS_CONFIG).exists() and not (resume or overwrite):
+        raise LocretError(f"{out} already holds trained heads; pass --overwrite to replace them or --resume")

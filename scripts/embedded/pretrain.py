@@ -1,0 +1,112 @@
+"""Train the embedded model from scratch on generated QA documents, short to long (see shared notes on tiny
+retrieval training: a curriculum over length with several facts per document from the start).
+
+Each stage has a document length, a fact count and a batch size. A stage ends when the teacher-forced accuracy on
+answer tokens, averaged over the last 20 steps, passes its threshold; the learning rate warms up again at each
+stage and is otherwise constant. The loss is cross-entropy on answer tokens only, and the LM head runs only there.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+from locret_cli.qa_data import IGNORE, FillerPool, collate, facts_for, qa_example
+
+# (document tokens, facts, questions, batch, accuracy to pass)
+STAGES = [(48, 2, 2, 64, 0.9), (96, 3, 3, 48, 0.9), (192, 4, 3, 32, 0.9), (384, 4, 3, 16, 0.92),
+          (768, 5, 3, 8, 0.93), (1400, 6, 3, 4, 0.94), (1980, 6, 3, 4, 0.97)]
+
+
+@dataclass
+class PretrainConfig:
+    seed: int = 0
+    hidden: int = 256
+    layers: int = 4
+    heads: int = 4
+    kv_heads: int = 2
+    intermediate: int = 704
+    max_positions: int = 2048
+    lr: float = 1e-3
+    warmup: int = 50
+    window: int = 20
+    max_steps_per_stage: int = 2500
+    final_steps: int = 300  # steps the last stage runs on after passing, to settle
+    max_minutes: float = 90.0
+
+
+def model_config(tokenizer, cfg: PretrainConfig) -> LlamaConfig:
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=cfg.hidden, intermediate_size=cfg.intermediate,
+        num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads, num_key_value_heads=cfg.kv_heads,
+        max_position_embeddings=cfg.max_positions, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        tie_word_embeddings=True, bos_token_id=None, eos_token_id=tokenizer.eos_token_id, pad_token_id=None,
+    )
+    config._attn_implementation = "sdpa"
+    return config
+
+
+def answer_loss(model, ids: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, float]:
+    """Cross-entropy and accuracy on answer tokens; logits only where a label is."""
+    hidden = model.model(input_ids=ids).last_hidden_state[:, :-1]
+    targets = labels[:, 1:]
+    chosen = targets != IGNORE
+    logits = model.lm_head(hidden[chosen]).float()
+    loss = F.cross_entropy(logits, targets[chosen])
+    accuracy = (logits.argmax(-1) == targets[chosen]).float().mean().item()
+    return loss, accuracy
+
+
+def pretrain(tokenizer, out: Path, cfg: PretrainConfig, log) -> LlamaForCausalLM:
+    """Run the curriculum; checkpoints to `out/pretrain.pt` at every stage end. Returns the trained model."""
+    torch.manual_seed(cfg.seed)
+    model = LlamaForCausalLM(model_config(tokenizer, cfg))
+    model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.01)
+    pool = FillerPool(tokenizer, "train", cfg.seed)
+    rng = random.Random(cfg.seed)
+    started, total_steps = time.time(), 0
+    log(f"model: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters; pool {len(pool.tokens):,} "
+        f"tokens; config {json.dumps(asdict(cfg))}")
+    for stage, (length, facts, questions, batch, threshold) in enumerate(STAGES):
+        recent: list[float] = []
+        passed_at = None
+        for step in range(cfg.max_steps_per_stage):
+            for group in optimizer.param_groups:
+                group["lr"] = cfg.lr * min(1.0, (step + 1) / cfg.warmup)
+            examples = [qa_example(rng, tokenizer, pool, length, facts_for(rng, "train", facts, 0.3), questions)
+                        for _ in range(batch)]
+            ids, labels = collate(examples)
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss, accuracy = answer_loss(model, ids, labels)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            total_steps += 1
+            recent = (recent + [accuracy])[-cfg.window:]
+            mean = sum(recent) / len(recent)
+            if step % 10 == 0:
+                log(f"stage {stage} len {length} step {step} loss {loss.item():.3f} acc {mean:.3f} "
+                    f"({ids.numel():,} tokens/batch) elapsed {(time.time() - started) / 60:.1f} min")
+            if passed_at is None and len(recent) == cfg.window and mean >= threshold:
+                passed_at = step
+                log(f"stage {stage} passed at step {step} (acc {mean:.3f})")
+            last = stage == len(STAGES) - 1
+            if passed_at is not None and (not last or step - passed_at >= cfg.final_steps):
+                break
+            if (time.time() - started) / 60 > cfg.max_minutes:
+                log("time limit reached")
+                break
+        torch.save({"model": model.state_dict(), "stage": stage, "steps": total_steps}, out / "pretrain.pt")
+        if (time.time() - started) / 60 > cfg.max_minutes:
+            break
+    log(f"pretraining done: {total_steps} steps, {(time.time() - started) / 60:.1f} min")
+    return model.eval()
