@@ -59,7 +59,7 @@ def ask(
     question: Annotated[str, typer.Argument(help="The question to answer from the document.")],
     model: Annotated[Optional[str], typer.Option(help="Hub id or local directory. Default: the embedded model.")] = None,
     heads: Annotated[Optional[str], typer.Option(help="Retaining heads: a locret heads dir or an official Locret checkpoint.")] = None,
-    policy: Annotated[str, typer.Option(help="Eviction policy: locret, streaming or full.")] = "locret",
+    policy: Annotated[str, typer.Option(help="Eviction policy: locret, streaming, h2o, snapkv, random, knorm or full.")] = "locret",
     budget: Annotated[Optional[int], typer.Option(help="Cache entries kept per KV head. Default 6000, or the model's recorded default.")] = None,
     chunk_size: Annotated[Optional[int], typer.Option(help="Tokens prefilled per step. Default 3072.")] = None,
     stabilizers: Annotated[Optional[int], typer.Option(help="Most recent entries always kept. Default 2500; clipped to budget/2 if it does not fit.")] = None,

@@ -6,9 +6,10 @@ device, and nothing is warmed up first.
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Callable, Iterable
-from contextlib import nullcontext
+from contextlib import ExitStack
 from dataclasses import dataclass, replace
 
 import torch
@@ -18,6 +19,7 @@ from locret_cli.capture import capture_qkv
 from locret_cli.documents import TokenChunk
 from locret_cli.errors import LocretError
 from locret_cli.policies import Policy, select
+from locret_cli.probe import observe_attention
 from locret_cli.rope import frequencies_for, rotary_module
 
 POSITION_MODES = ("compact", "original")
@@ -89,6 +91,7 @@ class Engine:
         self.rotary = rotary_module(model)
         self.cache = LocretCache(model.config.get_text_config(decoder=True).num_hidden_layers)
         self.seen = 0  # tokens of input consumed so far
+        self.document_tokens = self.kept_tokens = 0
         self.generator = torch.Generator(device="cpu").manual_seed(settings.seed)
 
     def run(
@@ -97,12 +100,23 @@ class Engine:
         question_ids: list[int],
         on_progress: Callable[[Progress], None] | None = None,
     ) -> Generation:
+        """Read the document, then answer the question."""
         start = self._clock()
+        self.read(chunks, on_progress)
+        return self.answer(question_ids, start)
+
+    def read(self, chunks: Iterable[TokenChunk], on_progress: Callable[[Progress], None] | None = None) -> None:
+        """Stream the document through the bounded cache. Eviction does not depend on the question, so one read can
+        serve many questions (`answer` on copies of this engine)."""
         for chunk in chunks:
             self.prefill_chunk(chunk.ids)
             if on_progress:
                 on_progress(Progress(self.seen, chunk.units_done, chunk.first_page, chunk.last_page, self.cache.length()))
-        document_tokens, kept = self.seen, self.cache.length()
+        self.document_tokens, self.kept_tokens = self.seen, self.cache.length()
+
+    def answer(self, question_ids: list[int], start: float | None = None) -> Generation:
+        """Prefill the question without eviction and decode; `start` is when reading began (default: now)."""
+        start = self._clock() if start is None else start
         logits = self.forward(question_ids, score=False)
         first = self.pick(logits)
         first_token_at = self._clock()
@@ -110,15 +124,22 @@ class Engine:
         end = self._clock()
         return Generation(
             token_ids=tokens,
-            document_tokens=document_tokens,
+            document_tokens=self.document_tokens,
             question_tokens=len(question_ids),
-            cache_kept_tokens=kept,
+            cache_kept_tokens=self.kept_tokens,
             cache_peak_tokens=self.cache.peak_tokens,
             cache_peak_bytes=self.cache.peak_bytes,
             time_to_first_token_s=first_token_at - start,
             decode_s=end - first_token_at,
             decode_steps=steps,
         )
+
+    def fork(self) -> "Engine":
+        """An engine sharing the model, with its own copy of the cache: ask it a question, keep this one intact."""
+        clone = copy.copy(self)
+        clone.cache = copy.deepcopy(self.cache)
+        clone.generator = torch.Generator(device="cpu").manual_seed(self.settings.seed)
+        return clone
 
     @torch.no_grad()
     def prefill_chunk(self, ids: list[int]) -> None:
@@ -148,13 +169,11 @@ class Engine:
             positions = token_index
         self._sync_frequencies(positions)
         self.cache.stage(positions)
-        capture = nullcontext()
-        if score:
-            def on_qkv(layer_idx, q, k, v):
-                self.cache.stage_scores(layer_idx, self.policy.score(layer_idx, q, k, v, token_index))
-
-            capture = capture_qkv(self.model, on_qkv)
-        with capture:
+        with ExitStack() as scoring:
+            if score:
+                scoring.enter_context(capture_qkv(self.model, self._scorer(token_index)))
+                if self.policy.observes:
+                    scoring.enter_context(observe_attention(self.model, self._observe))
             out = self.model(
                 input_ids=torch.tensor([ids], device=self.device),
                 position_ids=positions.unsqueeze(0),
@@ -165,6 +184,17 @@ class Engine:
         self.seen += len(ids)
         self.cache.note_peak()
         return out.logits[0, -1].float()
+
+    def _scorer(self, token_index: torch.Tensor):
+        """The capture callback: the policy scores a layer's new entries, staged for the cache to append."""
+
+        def on_qkv(layer_idx, q, k, v):
+            self.cache.stage_scores(layer_idx, self.policy.score(layer_idx, q, k, v, token_index))
+
+        return on_qkv
+
+    def _observe(self, layer_idx: int, query: torch.Tensor, key: torch.Tensor, scaling: float) -> None:
+        self.policy.observe(layer_idx, query, key, scaling, self.cache.layers[layer_idx])
 
     def _sync_frequencies(self, positions: torch.Tensor) -> None:
         """Longrope and dynamic NTK change frequencies with length: bring cached keys along when they do."""

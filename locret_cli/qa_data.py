@@ -57,6 +57,27 @@ class Example:
     asked: list[Fact]
 
 
+def document_text(tokenizer, rng: random.Random, tokens: int, facts: list[Fact], split: str) -> str:
+    """About `tokens` tokens of mixed filler text (prose, `split`'s reference text, word salad) with each fact at a
+    random paragraph boundary: a document as a user would hand it to `locret ask`."""
+    reference = reference_text(split)
+    blocks, count = [], 0
+    while count < tokens:
+        kind = rng.random()
+        if kind < 0.45:
+            block = "\n\n".join(paragraphs(rng, 3))
+        elif kind < 0.8:
+            start = rng.randrange(0, len(reference) - 2000)
+            block = reference[start:start + 1500]
+        else:
+            block = word_salad(rng, 120)
+        blocks.append(block)
+        count += len(tokenizer.encode(block)) + 1
+    for fact in facts:
+        blocks.insert(rng.randrange(0, len(blocks) + 1), fact.statement)
+    return "\n\n".join(blocks)
+
+
 def facts_for(rng: random.Random, split: str, count: int, passkey_chance: float) -> list[Fact]:
     """`count` facts with distinct questions; one of them a pass key with probability `passkey_chance`."""
     facts: dict[str, Fact] = {}

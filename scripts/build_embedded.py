@@ -1,25 +1,51 @@
 """Build the embedded default model, from nothing, in one seeded command:
 
-    python -m scripts.build_embedded --out runs/embedded [--threads 2]
+    python -m scripts.build_embedded --out runs/embedded
 
-Steps: train the tokenizer, pretrain the model on generated QA documents (curriculum), train its retaining heads
-with `locret train`, evaluate, and copy the result into locret_cli/embedded/. Logs go to OUT/build.log.
+Steps, each skipped when its output already exists in OUT (delete it to redo):
+  1. tokenizer  -> OUT/tokenizer.tiktoken   BPE trained on generated text (scripts/embedded/tokenizer.py)
+  2. pretrain   -> OUT/model/               curriculum on generated QA documents (scripts/embedded/pretrain.py)
+  3. heads      -> OUT/heads/               `locret train` on the model's own QA data (OUT/heads-data.jsonl)
+  4. package    -> locret_cli/embedded/     model, tokenizer, heads and the engine defaults recorded with them
+Logs go to OUT/build.log and stderr.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import random
+import shutil
 import sys
 import time
 from pathlib import Path
 
 import torch
 
+from locret_cli.loading import load_model
+from locret_cli.prompt import question_text
+from locret_cli.qa_data import document_text, facts_for
+from locret_cli.tokenizer import TIKTOKEN_FILE, TiktokenTokenizer
+from locret_cli.training import TrainConfig, train_heads
 from scripts.embedded.pretrain import PretrainConfig, pretrain
 from scripts.embedded.tokenizer import train_tokenizer
-from locret_cli.tokenizer import TIKTOKEN_FILE
 
 VOCAB = 3072
+PACKAGE = Path(__file__).resolve().parent.parent / "locret_cli" / "embedded"
+# Recorded with the model: compact positions never pass budget + chunk + question + answer, inside the 2048 trained.
+DEFAULTS = {"budget": 1024, "chunk_size": 512, "stabilizers": 128, "max_new_tokens": 16, "trained_positions": 2048}
+HEADS = {"examples": 400, "steps": 1200, "hidden": 256, "lr": 5e-4}
+
+
+def heads_data(tokenizer, path: Path, seed: int, count: int) -> None:
+    """JSONL of prompt/answer: training-vocabulary documents of 600-1900 tokens with 4-6 facts, one asked."""
+    rng = random.Random(seed + 1)
+    with path.open("w") as f:
+        for _ in range(count):
+            facts = facts_for(rng, "train", rng.randint(4, 6), passkey_chance=0.3)
+            document = document_text(tokenizer, rng, rng.randint(600, 1900), facts, "train")
+            fact = rng.choice(facts)
+            f.write(json.dumps({"prompt": document + question_text(fact.question), "answer": fact.answer}) + "\n")
 
 
 def main() -> None:
@@ -27,7 +53,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("runs/embedded"))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--max-minutes", type=float, default=90.0)
+    parser.add_argument("--max-minutes", type=float, default=120.0, help="pretraining time limit")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(args.threads)
@@ -39,12 +65,41 @@ def main() -> None:
         log_file.write(line + "\n")
         log_file.flush()
 
-    tokenizer = train_tokenizer(args.seed, VOCAB)
-    tokenizer.save(args.out / TIKTOKEN_FILE)
+    ranks = args.out / TIKTOKEN_FILE
+    if not ranks.exists():
+        train_tokenizer(args.seed, VOCAB).save(ranks)
+    tokenizer = TiktokenTokenizer.from_file(ranks)
     log(f"tokenizer: {len(tokenizer)} tokens")
-    model = pretrain(tokenizer, args.out, PretrainConfig(seed=args.seed, max_minutes=args.max_minutes), log)
-    model.to(torch.bfloat16).save_pretrained(args.out / "model")
-    log(f"model saved to {args.out / 'model'}")
+
+    model_dir = args.out / "model"
+    if not model_dir.exists():
+        model = pretrain(tokenizer, args.out, PretrainConfig(seed=args.seed, max_minutes=args.max_minutes), log)
+        model.to(torch.bfloat16).save_pretrained(model_dir)
+        log(f"model saved to {model_dir}")
+    shutil.copy(ranks, model_dir / TIKTOKEN_FILE)
+
+    heads_dir = args.out / "heads"
+    if not heads_dir.exists():
+        data = args.out / "heads-data.jsonl"
+        heads_data(tokenizer, data, args.seed, HEADS["examples"])
+        loaded = load_model(str(model_dir), device="cpu", dtype="auto")
+        config = TrainConfig(steps=HEADS["steps"], hidden=HEADS["hidden"], lr=HEADS["lr"], seed=args.seed,
+                             save_every=HEADS["steps"])
+        started = time.time()
+        summary = train_heads(loaded, data, heads_dir, config, max_len=2048, label_cache=args.out / "labels",
+                              warn=log, on_step=lambda r: r.step % 100 == 0 and log(
+                                  f"heads step {r.step} loss {r.loss:.4f} acc {r.accuracy:.3f} "
+                                  f"{r.tokens_per_s:,.0f} tok/s"))
+        log(f"heads: {summary.steps} steps in {summary.seconds:.0f} s ({time.time() - started:.0f} s with labels), "
+            f"held-out top-10% overlap {summary.heldout_accuracy:.3f}, peak RSS {summary.peak_bytes / 2**20:.0f} MiB")
+
+    PACKAGE.mkdir(exist_ok=True)
+    for name in ("config.json", "generation_config.json", "model.safetensors", TIKTOKEN_FILE):
+        shutil.copy(model_dir / name, PACKAGE / name)
+    shutil.copytree(heads_dir, PACKAGE / "heads", dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("checkpoints"))
+    (PACKAGE / "locret.json").write_text(json.dumps(DEFAULTS, indent=2) + "\n")
+    log(f"packaged into {PACKAGE}")
 
 
 if __name__ == "__main__":

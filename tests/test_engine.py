@@ -188,3 +188,15 @@ def test_sampling_is_seeded_and_top_p_narrows_to_the_best(llama):
         engine = Engine(llama, make_policy("full", llama), Settings(temperature=2.0, seed=11), {1})
         draws.append([engine.pick(logits) for _ in range(20)])
     assert draws[0] == draws[1] and len(set(draws[0])) > 1
+
+
+def test_forks_answer_like_a_fresh_read(llama):
+    """One read, several questions on forks, gives what separate runs give."""
+    settings = Settings(budget=16, chunk_size=8, stabilizers=3, max_new_tokens=4)
+    ids = random_ids(60)
+    reader = Engine(llama, make_policy("streaming", llama), settings, stop_ids={1})
+    reader.read(chunks_of(ids, 8))
+    for question in ([5, 6], [9, 10, 11]):
+        _, fresh = run(llama, make_policy("streaming", llama), settings, ids, question=question)
+        assert reader.fork().answer(question).token_ids == fresh.token_ids
+    assert reader.cache.length() == 16  # the reader itself never saw a question

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from locret_cli.errors import LocretError
 from locret_cli.heads import ModelShape, RetainingHeads
+from locret_cli.policies.attention import H2OPolicy, SnapKVPolicy
 from locret_cli.policies.base import Policy, select
 from locret_cli.policies.full import FullPolicy
 from locret_cli.policies.locret import LocretPolicy
+from locret_cli.policies.simple import KNormPolicy, RandomPolicy
 from locret_cli.policies.streaming import StreamingPolicy
 
-POLICY_NAMES = ("locret", "streaming", "full")
+POLICY_NAMES = ("locret", "streaming", "h2o", "snapkv", "random", "knorm", "full")
 
 __all__ = ["POLICY_NAMES", "Policy", "make_policy", "select"]
 
@@ -20,8 +22,17 @@ def make_policy(name: str, model, heads: RetainingHeads | None = None) -> Policy
         if heads is None:
             raise LocretError("the locret policy needs retaining heads: pass --heads DIR")
         return LocretPolicy(heads)
+    shape = ModelShape.from_config(model.config)
     if name == "streaming":
-        return StreamingPolicy(ModelShape.from_config(model.config).kv_heads)
+        return StreamingPolicy(shape.kv_heads)
+    if name == "h2o":
+        return H2OPolicy(shape.head_dim)
+    if name == "snapkv":
+        return SnapKVPolicy(shape.head_dim)
+    if name == "random":
+        return RandomPolicy(shape.kv_heads)
+    if name == "knorm":
+        return KNormPolicy(shape.head_dim)
     if name == "full":
         return FullPolicy()
     raise LocretError(f"unknown policy {name!r}; choose one of {', '.join(POLICY_NAMES)}")

@@ -15,6 +15,7 @@ class Policy:
 
     name: ClassVar[str]
     evicts: ClassVar[bool] = True
+    observes: ClassVar[bool] = False  # True: `observe` also sees each layer's attention during prefill
 
     def score(
         self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, token_index: torch.Tensor
@@ -25,6 +26,13 @@ class Policy:
         token_index: (T,) each token's index in the whole input, whatever the position mode.
         Returns (B, kv_heads, T) float32.
         """
+        raise NotImplementedError
+
+    def observe(self, layer_idx: int, query: torch.Tensor, key: torch.Tensor, scaling: float, layer) -> None:
+        """Rescore `layer`'s entries (layer.scores, (B, kv_heads, n)) from the chunk's attention, in place.
+
+        query (B, heads, T, D) post-RoPE; key (B, kv_heads, n, D), the whole cache including the chunk. Called
+        only when `observes` is True."""
         raise NotImplementedError
 
 

@@ -3,39 +3,24 @@
 For layer l, KV head g and prompt token k: label = max over answer positions p and query heads h of g's group of
 the pre-softmax score (Q Kᵀ)[h, p, k] · scaling, with Q and K post-RoPE as the model computes them.
 
-The scores are taken inside the model's own attention call: a registered attention implementation receives the real
-query and key (after any q/k norm and RoPE), passes them to SDPA for the output, and reduces the answer-to-prompt
-scores block by block, so no T×T matrix is ever built. Labels are cached on disk, keyed by model, data and length.
+The scores are taken inside the model's own attention call (`probe.py`), from the real query and key after any
+q/k norm and RoPE, and reduced block by block, so no T×T matrix is ever built. Labels are cached on disk, keyed
+by model, data and length.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
-from transformers import AttentionInterface
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
 
-IMPLEMENTATION = "locret_labels"
+from locret_cli.probe import observe_attention
+
 KEY_BLOCK = 4096
 QUERY_BLOCK = 512
-
-
-class _LabelRequest:
-    """The prompt length of the forward in flight, and the labels each layer leaves: (Hkv, prompt) float32."""
-
-    def __init__(self, prompt_length: int):
-        self.prompt_length = prompt_length
-        self.layers: dict[int, torch.Tensor] = {}
-
-
-_active: list[_LabelRequest] = []
 
 
 def answer_to_prompt_max(query: torch.Tensor, key: torch.Tensor, prompt_length: int, scaling: float) -> torch.Tensor:
@@ -56,41 +41,17 @@ def answer_to_prompt_max(query: torch.Tensor, key: torch.Tensor, prompt_length: 
     return out * scaling
 
 
-def _attention(module, query, key, value, attention_mask, scaling=None, **kwargs):
-    if _active and module.layer_idx not in _active[-1].layers:
-        request = _active[-1]
-        scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-        request.layers[module.layer_idx] = answer_to_prompt_max(query, key, request.prompt_length, scale)
-    return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
-
-
-AttentionInterface.register(IMPLEMENTATION, _attention)
-AttentionMaskInterface.register(IMPLEMENTATION, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
-
-
-@contextmanager
-def _label_attention(model) -> Iterator[None]:
-    config = model.config
-    previous = config._attn_implementation
-    config._attn_implementation = IMPLEMENTATION
-    try:
-        yield
-    finally:
-        config._attn_implementation = previous
-
-
 @torch.no_grad()
 def compute_labels(model, prompt_ids: list[int], answer_ids: list[int]) -> torch.Tensor:
     """Labels (layers, kv_heads, len(prompt_ids)) float32 for one example, from one forward of the frozen model."""
-    request = _LabelRequest(len(prompt_ids))
-    _active.append(request)
-    try:
-        with _label_attention(model):
-            ids = torch.tensor([prompt_ids + answer_ids], device=model.device)
-            model.model(input_ids=ids)
-    finally:
-        _active.pop()
-    return torch.stack([request.layers[i] for i in sorted(request.layers)]).cpu()
+    layers: dict[int, torch.Tensor] = {}
+
+    def observe(layer_idx, query, key, scaling):
+        layers[layer_idx] = answer_to_prompt_max(query, key, len(prompt_ids), scaling)
+
+    with observe_attention(model, observe):
+        model.model(input_ids=torch.tensor([prompt_ids + answer_ids], device=model.device))
+    return torch.stack([layers[i] for i in sorted(layers)]).cpu()
 
 
 def cache_key(model, data_path: Path, max_len: int) -> str:

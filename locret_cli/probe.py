@@ -1,0 +1,48 @@
+"""Seeing each layer's real query and key inside the model's attention call.
+
+A registered attention implementation hands (layer_idx, query, key, scaling) to the observer in force, then runs
+SDPA as usual. query (B, heads, T, D) and key (B, kv_heads, n, D) are exactly what the model attends with: after
+any q/k norm and RoPE, with key covering the whole cache. Labels for training and attention-based eviction scores
+are both computed from here, so neither re-implements a model's attention.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import torch
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+
+IMPLEMENTATION = "locret_probe"
+
+# observer(layer_idx, query (B, heads, T, D), key (B, kv_heads, n, D), scaling)
+Observer = Callable[[int, torch.Tensor, torch.Tensor, float], None]
+_observers: list[Observer] = []
+
+
+def _attention(module, query, key, value, attention_mask, scaling=None, **kwargs):
+    if _observers:
+        _observers[-1](module.layer_idx, query, key, scaling if scaling is not None else query.shape[-1] ** -0.5)
+    return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
+
+
+AttentionInterface.register(IMPLEMENTATION, _attention)
+AttentionMaskInterface.register(IMPLEMENTATION, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
+
+
+@contextmanager
+def observe_attention(model, observer: Observer) -> Iterator[None]:
+    """Within the block, every attention call of `model` reports to `observer`; the model's own attention
+    implementation is restored on exit."""
+    config = model.config
+    previous = config._attn_implementation
+    _observers.append(observer)
+    config._attn_implementation = IMPLEMENTATION
+    try:
+        yield
+    finally:
+        config._attn_implementation = previous
+        _observers.pop()

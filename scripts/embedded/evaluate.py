@@ -1,0 +1,123 @@
+"""Exact-match accuracy of a model on dev documents: held-out vocabulary, seeds training never used.
+
+Each document holds one pass key and four attribute facts at random depths, in filler mixing template prose, the
+held-out part of the reference text and word salad. The document is read once per policy; each question is then
+answered on a fork of the engine (eviction does not depend on the question).
+
+    python -m scripts.embedded.evaluate --model runs/embedded/model --heads runs/embedded/heads \\
+        --lengths 2000:full,32000,128000 --policies locret,streaming --documents 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+
+import torch
+
+from locret_cli.documents import Document, Segment, token_chunks
+from locret_cli.engine import Engine, Settings
+from locret_cli.heads import RetainingHeads, load_heads
+from locret_cli.loading import load_model
+from locret_cli.policies import make_policy
+from locret_cli.prompt import build_prompt, stop_token_ids
+from locret_cli.qa_data import document_text
+from locret_cli.synthetic import novel_fact, passkey_fact
+
+DEV_SEED = 10_000
+
+
+@dataclass
+class Outcome:
+    policy: str
+    length: int
+    kind: str
+    correct: bool
+    answer: str
+    expected: str
+
+
+def text_document(text: str) -> Document:
+    return Document(name="dev", kind="text", unit="bytes", total_units=len(text),
+                    segments=lambda: iter([Segment(text, None, len(text))]))
+
+
+def evaluate(loaded, heads, lengths: list[tuple[int, str | None]], policies: list[str], documents: int,
+             settings: Settings, log) -> list[Outcome]:
+    tokenizer, model = loaded.tokenizer, loaded.model
+    stop = stop_token_ids(model, tokenizer)
+    outcomes = []
+    for length, only in lengths:
+        for d in range(documents):
+            rng = random.Random(DEV_SEED + 97 * length + d)
+            facts = [passkey_fact(rng)] + [novel_fact(rng, "dev") for _ in range(4)]
+            facts = list({f.question: f for f in facts}.values())
+            text = document_text(tokenizer, rng, length, facts, "dev")
+            prefix = build_prompt(tokenizer, facts[0].question).prefix_ids
+            for policy_name in ([only] if only else policies):
+                started = time.perf_counter()
+                engine = Engine(model, make_policy(policy_name, model, heads), settings, stop)
+                engine.read(token_chunks(text_document(text), tokenizer.encode, settings.chunk_size, prefix))
+                for fact in facts:
+                    generation = engine.fork().answer(build_prompt(tokenizer, fact.question).question_ids)
+                    answer = tokenizer.decode(generation.token_ids).strip()
+                    outcomes.append(Outcome(policy_name, length, fact.kind, answer == fact.answer, answer, fact.answer))
+                log(f"{policy_name} length {length} document {d}: {engine.document_tokens} tokens, "
+                    f"{sum(o.correct for o in outcomes[-len(facts):])}/{len(facts)} right, "
+                    f"{time.perf_counter() - started:.1f} s")
+    return outcomes
+
+
+def table(outcomes: list[Outcome]) -> str:
+    """Markdown: exact match per (policy, length), split by question kind."""
+    cells = defaultdict(list)
+    for o in outcomes:
+        cells[(o.policy, o.length, o.kind)].append(o.correct)
+        cells[(o.policy, o.length, "all")].append(o.correct)
+    rows = ["| policy | document tokens | pass key | attribute | all |", "|---|---:|---:|---:|---:|"]
+    for policy, length in sorted({(p, n) for p, n, _ in cells}, key=lambda x: (x[1], x[0])):
+        parts = []
+        for kind in ("passkey", "attribute", "all"):
+            hits = cells[(policy, length, kind)]
+            parts.append(f"{100 * sum(hits) / len(hits):.0f}% ({sum(hits)}/{len(hits)})")
+        rows.append(f"| {policy} | {length:,} | " + " | ".join(parts) + " |")
+    return "\n".join(rows)
+
+
+def parse_lengths(spec: str) -> list[tuple[int, str | None]]:
+    out = []
+    for item in spec.split(","):
+        length, _, only = item.partition(":")
+        out.append((int(length), only or None))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Evaluate a model and heads on dev documents.")
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--heads", help="trained heads; omit for random heads")
+    parser.add_argument("--lengths", default="2000:full,32000,128000")
+    parser.add_argument("--policies", default="locret,streaming")
+    parser.add_argument("--documents", type=int, default=10)
+    parser.add_argument("--budget", type=int, default=1024)
+    parser.add_argument("--chunk-size", type=int, default=512)
+    parser.add_argument("--stabilizers", type=int, default=128)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    loaded = load_model(args.model, device="cpu", dtype="auto")
+    heads = load_heads(args.heads, loaded.model) if args.heads else RetainingHeads.for_model(loaded.model).eval()
+    settings = Settings(budget=args.budget, chunk_size=args.chunk_size, stabilizers=args.stabilizers,
+                        max_new_tokens=16)
+    outcomes = evaluate(loaded, heads, parse_lengths(args.lengths), args.policies.split(","), args.documents,
+                        settings, lambda m: print(m, flush=True))
+    print(f"\nbudget {args.budget}, chunk {args.chunk_size}, stabilizers {args.stabilizers}, "
+          f"heads {args.heads or 'random'}\n")
+    print(table(outcomes))
+
+
+if __name__ == "__main__":
+    main()

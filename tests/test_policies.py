@@ -1,0 +1,85 @@
+"""Every baseline policy's scores, checked against hand-made inputs or a dense reference, and equal cache sizes."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import tiny_model
+from locret_cli.engine import Engine, Settings
+from locret_cli.heads import RetainingHeads
+from locret_cli.policies import POLICY_NAMES, make_policy, select
+from test_engine import chunks_of, random_ids
+
+
+def test_knorm_scores_minus_the_key_norm():
+    policy = make_policy("knorm", tiny_model("llama"))
+    k = torch.zeros(1, 3, 2 * 16)
+    k[0, 0, :16], k[0, 1, 16:], k[0, 2] = 3.0, 1.0, 0.5  # token 0: head 0 big; token 1: head 1 small
+    scores = policy.score(0, None, k, None, torch.arange(3))
+    expected = -torch.tensor([[[12.0, 0.0, 2.0], [0.0, 4.0, 2.0]]])
+    torch.testing.assert_close(scores, expected)
+    assert select(scores, 2, 0).tolist() == [[[1, 2], [0, 2]]]
+
+
+def test_random_scores_are_seeded():
+    model = tiny_model("llama")
+    q = torch.zeros(1, 5, 64)
+    a, b = (make_policy("random", model).score(0, q, None, None, torch.arange(5)) for _ in range(2))
+    assert torch.equal(a, b) and a.shape == (1, 2, 5) and 0 <= a.min() and a.max() < 1
+
+
+def dense_probabilities(model, ids):
+    """(layers, kv_heads, group, T, T) attention probabilities from the eager implementation."""
+    model.config._attn_implementation = "eager"
+    with torch.no_grad():
+        attentions = model(torch.tensor([ids]), output_attentions=True).attentions
+    model.config._attn_implementation = "sdpa"
+    kv = model.config.num_key_value_heads
+    return torch.stack([a[0].view(kv, -1, len(ids), len(ids)) for a in attentions])
+
+
+def prefill(model, policy_name, ids, chunk):
+    settings = Settings(budget=1000, chunk_size=chunk, stabilizers=0, positions="original")
+    engine = Engine(model, make_policy(policy_name, model), settings, stop_ids={1})
+    for c in chunks_of(ids, chunk):
+        engine.prefill_chunk(c.ids)
+    return engine
+
+
+def test_h2o_accumulates_the_attention_each_entry_received():
+    model, ids = tiny_model("llama"), random_ids(24)
+    probs = dense_probabilities(model, ids)
+    engine = prefill(model, "h2o", ids, chunk=8)  # three chunks: rows of later chunks see earlier keys
+    for layer_idx, layer in enumerate(engine.cache.layers):
+        want = probs[layer_idx].sum(dim=(1, 2))  # over query heads of the group and over all queries
+        torch.testing.assert_close(layer.scores[0], want, rtol=1e-4, atol=1e-4)
+
+
+def test_snapkv_rescores_with_the_last_window_pooled():
+    model, ids = tiny_model("llama"), random_ids(40)
+    probs = dense_probabilities(model, ids)
+    engine = prefill(model, "snapkv", ids, chunk=40)
+    window = engine.policy.window
+    for layer_idx, layer in enumerate(engine.cache.layers):
+        observed = probs[layer_idx][:, :, 40 - window:].sum(dim=(1, 2))
+        want = F.avg_pool1d(observed[None], 7, stride=1, padding=3, count_include_pad=False)[0]
+        torch.testing.assert_close(layer.scores[0], want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("positions", ["compact", "original"])
+def test_every_policy_holds_the_same_cache_size_at_every_step(positions):
+    model, ids = tiny_model("qwen2"), random_ids(90)
+    heads = RetainingHeads.for_model(model, hidden=16)
+    settings = Settings(budget=20, chunk_size=16, stabilizers=4, positions=positions, max_new_tokens=2)
+    sizes = {}
+    for name in POLICY_NAMES:
+        if name == "full":
+            continue
+        seen = []
+        engine = Engine(model, make_policy(name, model, heads), settings, stop_ids={1})
+        engine.read(chunks_of(ids, 16), lambda p: seen.append(p.cache_tokens))
+        sizes[name] = (seen, engine.cache.peak_tokens)
+    assert len(set(map(str, sizes.values()))) == 1, sizes
+    assert sizes["locret"] == ([16, 20, 20, 20, 20, 20], 36)
