@@ -117,10 +117,16 @@ def qa_example(
             turn_ids = tokenizer.encode(turn)
             input_ids += turn_ids
             labels += [IGNORE] * len(turn_ids)
-        answer = tokenizer.encode(fact.answer) + [tokenizer.eos_token_id]
+        answer = tokenizer.encode(answer_text(fact)) + [tokenizer.eos_token_id]
         input_ids += answer
         labels += answer
     return Example(input_ids, labels, facts, asked)
+
+
+def answer_text(fact: Fact) -> str:
+    """The answer as the model should write it: with the leading space the value has inside the statement, so
+    answering is copying the document's own tokens (" lantern" and "lantern" are different tokens)."""
+    return " " + fact.answer
 
 
 def collate(examples: list[Example]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -2,11 +2,12 @@
 
     python -m scripts.build_embedded --out runs/embedded
 
-Steps, each skipped when its output already exists in OUT (delete it to redo):
+Steps, each skipped when its output already exists in OUT (delete it to redo); an interrupted pretraining resumes
+from its last finished stage (OUT/pretrain.pt):
   1. tokenizer  -> OUT/tokenizer.tiktoken   BPE trained on generated text (scripts/embedded/tokenizer.py)
   2. pretrain   -> OUT/model/               curriculum on generated QA documents (scripts/embedded/pretrain.py)
   3. heads      -> OUT/heads/               `locret train` on the model's own QA data (OUT/heads-data.jsonl)
-  4. package    -> locret_cli/embedded/     model, tokenizer, heads and the engine defaults recorded with them
+  4. package    -> locret_cli/embedded_model/    model, tokenizer, heads and the engine defaults recorded with them
 Logs go to OUT/build.log and stderr.
 """
 
@@ -24,14 +25,14 @@ import torch
 
 from locret_cli.loading import load_model
 from locret_cli.prompt import question_text
-from locret_cli.qa_data import document_text, facts_for
+from locret_cli.qa_data import answer_text, document_text, facts_for
 from locret_cli.tokenizer import TIKTOKEN_FILE, TiktokenTokenizer
 from locret_cli.training import TrainConfig, train_heads
 from scripts.embedded.pretrain import PretrainConfig, pretrain
 from scripts.embedded.tokenizer import train_tokenizer
 
 VOCAB = 3072
-PACKAGE = Path(__file__).resolve().parent.parent / "locret_cli" / "embedded"
+PACKAGE = Path(__file__).resolve().parent.parent / "locret_cli" / "embedded_model"
 # Recorded with the model: compact positions never pass budget + chunk + question + answer, inside the 2048 trained.
 DEFAULTS = {"budget": 1024, "chunk_size": 512, "stabilizers": 128, "max_new_tokens": 16, "trained_positions": 2048}
 HEADS = {"examples": 400, "steps": 1200, "hidden": 256, "lr": 5e-4}
@@ -45,7 +46,7 @@ def heads_data(tokenizer, path: Path, seed: int, count: int) -> None:
             facts = facts_for(rng, "train", rng.randint(4, 6), passkey_chance=0.3)
             document = document_text(tokenizer, rng, rng.randint(600, 1900), facts, "train")
             fact = rng.choice(facts)
-            f.write(json.dumps({"prompt": document + question_text(fact.question), "answer": fact.answer}) + "\n")
+            f.write(json.dumps({"prompt": document + question_text(fact.question), "answer": answer_text(fact)}) + "\n")
 
 
 def main() -> None:
@@ -73,7 +74,8 @@ def main() -> None:
 
     model_dir = args.out / "model"
     if not model_dir.exists():
-        model = pretrain(tokenizer, args.out, PretrainConfig(seed=args.seed, max_minutes=args.max_minutes), log)
+        model = pretrain(tokenizer, args.out, PretrainConfig(seed=args.seed, max_minutes=args.max_minutes), log,
+                         resume=True)
         model.to(torch.bfloat16).save_pretrained(model_dir)
         log(f"model saved to {model_dir}")
     shutil.copy(ranks, model_dir / TIKTOKEN_FILE)

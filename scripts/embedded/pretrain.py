@@ -2,8 +2,10 @@
 retrieval training: a curriculum over length with several facts per document from the start).
 
 Each stage has a document length, a fact count and a batch size. A stage ends when the teacher-forced accuracy on
-answer tokens, averaged over the last 20 steps, passes its threshold; the learning rate warms up again at each
-stage and is otherwise constant. The loss is cross-entropy on answer tokens only, and the LM head runs only there.
+answer tokens, averaged over the last 20 steps, passes its threshold. Each stage starts a fresh AdamW whose learning
+rate warms up and then stays constant, and draws its data from its own seeded stream, so a run resumed at a stage
+boundary (`resume=True`, from OUT/pretrain.pt) follows exactly the path of an uninterrupted one. The loss is
+cross-entropy on answer tokens only, and the LM head runs only there.
 """
 
 from __future__ import annotations
@@ -21,8 +23,7 @@ from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 from locret_cli.qa_data import IGNORE, FillerPool, collate, facts_for, qa_example
 
 # (document tokens, facts, questions, batch, accuracy to pass)
-STAGES = [(48, 2, 2, 64, 0.9), (96, 3, 3, 48, 0.9), (192, 4, 3, 32, 0.9), (384, 4, 3, 16, 0.92),
-          (768, 5, 3, 8, 0.93), (1400, 6, 3, 4, 0.94), (1980, 6, 3, 4, 0.97)]
+STAGES = [(48, 2, 2, 64, 0.9), (192, 4, 3, 32, 0.9), (768, 5, 3, 8, 0.92), (1980, 6, 3, 4, 0.97)]
 
 
 @dataclass
@@ -64,18 +65,25 @@ def answer_loss(model, ids: torch.Tensor, labels: torch.Tensor) -> tuple[torch.T
     return loss, accuracy
 
 
-def pretrain(tokenizer, out: Path, cfg: PretrainConfig, log) -> LlamaForCausalLM:
+def pretrain(tokenizer, out: Path, cfg: PretrainConfig, log, resume: bool = False) -> LlamaForCausalLM:
     """Run the curriculum; checkpoints to `out/pretrain.pt` at every stage end. Returns the trained model."""
     torch.manual_seed(cfg.seed)
     model = LlamaForCausalLM(model_config(tokenizer, cfg))
     model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.01)
     pool = FillerPool(tokenizer, "train", cfg.seed)
-    rng = random.Random(cfg.seed)
-    started, total_steps = time.time(), 0
+    started, total_steps, first_stage = time.time(), 0, 0
+    if resume and (out / "pretrain.pt").exists():
+        state = torch.load(out / "pretrain.pt", weights_only=True)
+        model.load_state_dict(state["model"])
+        first_stage, total_steps = state["stage"] + 1, state["steps"]
+        log(f"resumed after stage {state['stage']} ({total_steps} steps)")
     log(f"model: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters; pool {len(pool.tokens):,} "
         f"tokens; config {json.dumps(asdict(cfg))}")
     for stage, (length, facts, questions, batch, threshold) in enumerate(STAGES):
+        if stage < first_stage:
+            continue
+        rng = random.Random(cfg.seed + 1000 * stage)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.01)
         recent: list[float] = []
         passed_at = None
         for step in range(cfg.max_steps_per_stage):
@@ -110,3 +118,15 @@ def pretrain(tokenizer, out: Path, cfg: PretrainConfig, log) -> LlamaForCausalLM
             break
     log(f"pretraining done: {total_steps} steps, {(time.time() - started) / 60:.1f} min")
     return model.eval()
+
+
+def export_checkpoint(tokenizer, out: Path, cfg: PretrainConfig, directory: Path) -> int:
+    """Write the model in OUT/pretrain.pt (the last finished stage) as a loadable model directory; returns the
+    document length that stage trained at."""
+    state = torch.load(out / "pretrain.pt", weights_only=True)
+    model = LlamaForCausalLM(model_config(tokenizer, cfg))
+    model.load_state_dict(state["model"])
+    model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id)
+    model.to(torch.bfloat16).save_pretrained(directory)
+    tokenizer.save(directory / "tokenizer.tiktoken")
+    return STAGES[state["stage"]][0]
