@@ -18,6 +18,17 @@ from locret_cli.synthetic import Fact, novel_fact, paragraphs, passkey_fact, ref
 IGNORE = -100
 
 
+def filler_block(rng: random.Random, reference: str, paragraph_count: int, characters: int, words: int) -> str:
+    """One block of filler: template prose (45%), a slice of real English (35%) or word salad (20%)."""
+    source = rng.random()
+    if source < 0.45:
+        return "\n\n".join(paragraphs(rng, paragraph_count))
+    if source < 0.8:
+        start = rng.randrange(0, len(reference) - characters - 500)
+        return reference[start:start + characters]
+    return word_salad(rng, words)
+
+
 class FillerPool:
     """A long token array of mixed filler (template prose, real English, word salad) to cut documents from."""
 
@@ -26,16 +37,8 @@ class FillerPool:
         reference = reference_text(split)
         pieces, size = [], 0
         while size < characters:
-            source = rng.random()
-            if source < 0.45:
-                piece = "\n\n".join(paragraphs(rng, 4))
-            elif source < 0.8:
-                start = rng.randrange(0, len(reference) - 3000)
-                piece = reference[start:start + 2500]
-            else:
-                piece = word_salad(rng, 300)
-            pieces.append(piece)
-            size += len(piece)
+            pieces.append(filler_block(rng, reference, paragraph_count=4, characters=2500, words=300))
+            size += len(pieces[-1])
         self.tokens = tokenizer.encode("\n\n".join(pieces))
 
     def filler(self, rng: random.Random, count: int) -> list[int]:
@@ -63,16 +66,8 @@ def document_text(tokenizer, rng: random.Random, tokens: int, facts: list[Fact],
     reference = reference_text(split)
     blocks, count = [], 0
     while count < tokens:
-        kind = rng.random()
-        if kind < 0.45:
-            block = "\n\n".join(paragraphs(rng, 3))
-        elif kind < 0.8:
-            start = rng.randrange(0, len(reference) - 2000)
-            block = reference[start:start + 1500]
-        else:
-            block = word_salad(rng, 120)
-        blocks.append(block)
-        count += len(tokenizer.encode(block)) + 1
+        blocks.append(filler_block(rng, reference, paragraph_count=3, characters=1500, words=120))
+        count += len(tokenizer.encode(blocks[-1])) + 1
     for fact in facts:
         blocks.insert(rng.randrange(0, len(blocks) + 1), fact.statement)
     return "\n\n".join(blocks)
