@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import shutil
 import sys
 import time
@@ -24,10 +23,9 @@ from pathlib import Path
 import torch
 
 from locret_cli.loading import load_model
-from locret_cli.prompt import question_text
-from locret_cli.qa_data import answer_text, document_text, facts_for
 from locret_cli.tokenizer import TIKTOKEN_FILE, TiktokenTokenizer
 from locret_cli.training import TrainConfig, train_heads
+from scripts.embedded.heads_data import write_heads_data
 from scripts.embedded.pretrain import PretrainConfig, pretrain
 from scripts.embedded.tokenizer import train_tokenizer
 
@@ -36,17 +34,6 @@ PACKAGE = Path(__file__).resolve().parent.parent / "locret_cli" / "embedded_mode
 # Recorded with the model: compact positions never pass budget + chunk + question + answer, inside the 2048 trained.
 DEFAULTS = {"budget": 1024, "chunk_size": 512, "stabilizers": 128, "max_new_tokens": 16, "trained_positions": 2048}
 HEADS = {"examples": 400, "steps": 1200, "hidden": 256, "lr": 5e-4}
-
-
-def heads_data(tokenizer, path: Path, seed: int, count: int) -> None:
-    """JSONL of prompt/answer: training-vocabulary documents of 600-1900 tokens with 4-6 facts, one asked."""
-    rng = random.Random(seed + 1)
-    with path.open("w") as f:
-        for _ in range(count):
-            facts = facts_for(rng, "train", rng.randint(4, 6), passkey_chance=0.3)
-            document = document_text(tokenizer, rng, rng.randint(600, 1900), facts, "train")
-            fact = rng.choice(facts)
-            f.write(json.dumps({"prompt": document + question_text(fact.question), "answer": answer_text(fact)}) + "\n")
 
 
 def main() -> None:
@@ -83,7 +70,7 @@ def main() -> None:
     heads_dir = args.out / "heads"
     if not heads_dir.exists():
         data = args.out / "heads-data.jsonl"
-        heads_data(tokenizer, data, args.seed, HEADS["examples"])
+        write_heads_data(tokenizer, data, args.seed, HEADS["examples"], (600, 1900))
         loaded = load_model(str(model_dir), device="cpu", dtype="auto")
         config = TrainConfig(steps=HEADS["steps"], hidden=HEADS["hidden"], lr=HEADS["lr"], seed=args.seed,
                              save_every=HEADS["steps"])

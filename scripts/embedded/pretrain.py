@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
 from locret_cli.qa_data import IGNORE, FillerPool, collate, facts_for, qa_example
+from locret_cli.tokenizer import TIKTOKEN_FILE
 
 # (document tokens, facts, questions, batch, accuracy to pass)
 STAGES = [(48, 2, 2, 64, 0.9), (192, 4, 3, 32, 0.9), (768, 5, 3, 8, 0.92), (1980, 6, 3, 4, 0.97)]
@@ -128,5 +129,5 @@ def export_checkpoint(tokenizer, out: Path, cfg: PretrainConfig, directory: Path
     model.load_state_dict(state["model"])
     model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id)
     model.to(torch.bfloat16).save_pretrained(directory)
-    tokenizer.save(directory / "tokenizer.tiktoken")
+    tokenizer.save(directory / TIKTOKEN_FILE)
     return STAGES[state["stage"]][0]

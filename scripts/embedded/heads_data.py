@@ -1,0 +1,43 @@
+"""`locret train` data from the model's own task: JSONL of prompt (document + question) and answer.
+
+    python -m scripts.embedded.heads_data --tokenizer runs/embedded/tokenizer.tiktoken --out heads.jsonl \\
+        --examples 400 --lengths 600,1900
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+from pathlib import Path
+
+from locret_cli.prompt import question_text
+from locret_cli.qa_data import answer_text, document_text, facts_for
+from locret_cli.tokenizer import TiktokenTokenizer
+
+
+def write_heads_data(tokenizer, path: Path, seed: int, count: int, lengths: tuple[int, int]) -> None:
+    """`count` training-vocabulary documents of lengths[0]..lengths[1] tokens with 4-6 facts, one of them asked."""
+    rng = random.Random(seed + 1)
+    with path.open("w") as f:
+        for _ in range(count):
+            facts = facts_for(rng, "train", rng.randint(4, 6), passkey_chance=0.3)
+            document = document_text(tokenizer, rng, rng.randint(*lengths), facts, "train")
+            fact = rng.choice(facts)
+            f.write(json.dumps({"prompt": document + question_text(fact.question), "answer": answer_text(fact)}) + "\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokenizer", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--examples", type=int, default=400)
+    parser.add_argument("--lengths", default="600,1900", help="min,max document tokens")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    low, high = (int(x) for x in args.lengths.split(","))
+    write_heads_data(TiktokenTokenizer.from_file(args.tokenizer), args.out, args.seed, args.examples, (low, high))
+
+
+if __name__ == "__main__":
+    main()
