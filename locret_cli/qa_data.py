@@ -8,6 +8,7 @@ chat turns, so each document supervises several answers.
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass
 
 import torch
@@ -62,15 +63,19 @@ class Example:
 
 def document_text(tokenizer, rng: random.Random, tokens: int, facts: list[Fact], split: str) -> str:
     """About `tokens` tokens of mixed filler text (prose, `split`'s reference text, word salad) with each fact at a
-    random paragraph boundary: a document as a user would hand it to `locret ask`."""
+    random paragraph or sentence boundary: a document as a user would hand it to `locret ask`."""
     reference = reference_text(split)
+    room = max(1, tokens - sum(len(tokenizer.encode(" " + f.statement)) for f in facts))
     blocks, count = [], 0
-    while count < tokens:
+    while count < room:
         blocks.append(filler_block(rng, reference, paragraph_count=3, characters=1500, words=120))
         count += len(tokenizer.encode(blocks[-1])) + 1
-    for fact in facts:
-        blocks.insert(rng.randrange(0, len(blocks) + 1), fact.statement)
-    return "\n\n".join(blocks)
+    filler = tokenizer.decode(tokenizer.encode("\n\n".join(blocks))[:room])
+    boundaries = [0, len(filler)] + [m.end() for m in re.finditer(r"\n\n|(?<=\.) ", filler)]
+    for at, fact in sorted(((rng.choice(boundaries), f) for f in facts), key=lambda x: -x[0]):
+        before = "" if at == 0 or filler[at - 1] in " \n" else " "
+        filler = f"{filler[:at]}{before}{fact.statement} {filler[at:]}"
+    return filler
 
 
 def facts_for(rng: random.Random, split: str, count: int, passkey_chance: float) -> list[Fact]:

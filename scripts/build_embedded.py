@@ -61,8 +61,11 @@ def main() -> None:
 
     model_dir = args.out / "model"
     if not model_dir.exists():
-        model = pretrain(tokenizer, args.out, PretrainConfig(seed=args.seed, max_minutes=args.max_minutes), log,
-                         resume=True)
+        model, complete = pretrain(tokenizer, args.out, PretrainConfig(seed=args.seed, max_minutes=args.max_minutes),
+                                   log, resume=True)
+        if not complete:
+            log("pretraining paused at its time limit; run this command again to resume")
+            return
         model.to(torch.bfloat16).save_pretrained(model_dir)
         log(f"model saved to {model_dir}")
     shutil.copy(ranks, model_dir / TIKTOKEN_FILE)

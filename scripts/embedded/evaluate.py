@@ -1,6 +1,6 @@
 """Exact-match accuracy of a model on dev documents: held-out vocabulary, seeds training never used.
 
-Each document holds one pass key and four attribute facts at random depths, in filler mixing template prose, the
+Each document holds one pass key and (by default) four attribute facts at random depths, in filler mixing template prose, the
 held-out part of the reference text and word salad. The document is read once per policy; each question is then
 answered on a fork of the engine (eviction does not depend on the question).
 
@@ -46,14 +46,14 @@ def text_document(text: str) -> Document:
 
 
 def evaluate(loaded, heads, lengths: list[tuple[int, str | None]], policies: list[str], documents: int,
-             settings: Settings, log) -> list[Outcome]:
+             settings: Settings, log, attributes: int = 4) -> list[Outcome]:
     tokenizer, model = loaded.tokenizer, loaded.model
     stop = stop_token_ids(model, tokenizer)
     outcomes = []
     for length, only in lengths:
         for d in range(documents):
             rng = random.Random(DEV_SEED + 97 * length + d)
-            facts = [passkey_fact(rng)] + [novel_fact(rng, "dev") for _ in range(4)]
+            facts = [passkey_fact(rng)] + [novel_fact(rng, "dev") for _ in range(attributes)]
             facts = list({f.question: f for f in facts}.values())
             text = document_text(tokenizer, rng, length, facts, "dev")
             prefix = build_prompt(tokenizer, facts[0].question).prefix_ids
@@ -105,6 +105,7 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=1024)
     parser.add_argument("--chunk-size", type=int, default=512)
     parser.add_argument("--stabilizers", type=int, default=128)
+    parser.add_argument("--attributes", type=int, default=4, help="attribute facts per document (plus a pass key)")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -113,7 +114,7 @@ def main() -> None:
     settings = Settings(budget=args.budget, chunk_size=args.chunk_size, stabilizers=args.stabilizers,
                         max_new_tokens=16)
     outcomes = evaluate(loaded, heads, parse_lengths(args.lengths), args.policies.split(","), args.documents,
-                        settings, lambda m: print(m, flush=True))
+                        settings, lambda m: print(m, flush=True), args.attributes)
     print(f"\nbudget {args.budget}, chunk {args.chunk_size}, stabilizers {args.stabilizers}, "
           f"heads {args.heads or 'random'}\n")
     print(table(outcomes))

@@ -16,12 +16,14 @@ from locret_cli.qa_data import answer_text, document_text, facts_for
 from locret_cli.tokenizer import TiktokenTokenizer
 
 
-def write_heads_data(tokenizer, path: Path, seed: int, count: int, lengths: tuple[int, int]) -> None:
-    """`count` training-vocabulary documents of lengths[0]..lengths[1] tokens with 4-6 facts, one of them asked."""
+def write_heads_data(tokenizer, path: Path, seed: int, count: int, lengths: tuple[int, int],
+                     facts_per_document: tuple[int, int] = (4, 6)) -> None:
+    """`count` training-vocabulary documents of lengths[0]..lengths[1] tokens holding facts_per_document[0]..[1]
+    facts, one of them asked."""
     rng = random.Random(seed + 1)
     with path.open("w") as f:
         for _ in range(count):
-            facts = facts_for(rng, "train", rng.randint(4, 6), passkey_chance=0.3)
+            facts = facts_for(rng, "train", rng.randint(*facts_per_document), passkey_chance=0.3)
             document = document_text(tokenizer, rng, rng.randint(*lengths), facts, "train")
             fact = rng.choice(facts)
             f.write(json.dumps({"prompt": document + question_text(fact.question), "answer": answer_text(fact)}) + "\n")
@@ -33,10 +35,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--examples", type=int, default=400)
     parser.add_argument("--lengths", default="600,1900", help="min,max document tokens")
+    parser.add_argument("--facts", default="4,6", help="min,max facts per document")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    low, high = (int(x) for x in args.lengths.split(","))
-    write_heads_data(TiktokenTokenizer.from_file(args.tokenizer), args.out, args.seed, args.examples, (low, high))
+    lengths, facts = (tuple(int(x) for x in spec.split(",")) for spec in (args.lengths, args.facts))
+    write_heads_data(TiktokenTokenizer.from_file(args.tokenizer), args.out, args.seed, args.examples, lengths, facts)
 
 
 if __name__ == "__main__":

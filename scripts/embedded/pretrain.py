@@ -41,6 +41,7 @@ class PretrainConfig:
     window: int = 20
     max_steps_per_stage: int = 2500
     final_steps: int = 300  # steps the last stage runs on after passing, to settle
+    checkpoint_every: int = 100
     max_minutes: float = 90.0
 
 
@@ -66,28 +67,35 @@ def answer_loss(model, ids: torch.Tensor, labels: torch.Tensor) -> tuple[torch.T
     return loss, accuracy
 
 
-def pretrain(tokenizer, out: Path, cfg: PretrainConfig, log, resume: bool = False) -> LlamaForCausalLM:
-    """Run the curriculum; checkpoints to `out/pretrain.pt` at every stage end. Returns the trained model."""
+def pretrain(tokenizer, out: Path, cfg: PretrainConfig, log, resume: bool = False) -> tuple[LlamaForCausalLM, bool]:
+    """Run the curriculum, checkpointing to OUT/pretrain.pt every `checkpoint_every` steps and at every stage end;
+    with `resume`, continue exactly from that checkpoint (model, optimizer, data stream, progress). Returns the
+    model and whether the whole curriculum is done."""
     torch.manual_seed(cfg.seed)
     model = LlamaForCausalLM(model_config(tokenizer, cfg))
     model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id)
     pool = FillerPool(tokenizer, "train", cfg.seed)
-    started, total_steps, first_stage = time.time(), 0, 0
+    started, total_steps, saved = time.time(), 0, None
     if resume and (out / "pretrain.pt").exists():
-        state = torch.load(out / "pretrain.pt", weights_only=True)
-        model.load_state_dict(state["model"])
-        first_stage, total_steps = state["stage"] + 1, state["steps"]
-        log(f"resumed after stage {state['stage']} ({total_steps} steps)")
+        saved = torch.load(out / "pretrain.pt", weights_only=True)
+        model.load_state_dict(saved["model"])
+        total_steps = saved["steps"]
+        log(f"resumed at stage {saved['stage']} step {saved['step']} (finished: {saved['finished']}), "
+            f"{total_steps} steps in all")
     log(f"model: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters; pool {len(pool.tokens):,} "
         f"tokens; config {json.dumps(asdict(cfg))}")
     for stage, (length, facts, questions, batch, threshold) in enumerate(STAGES):
-        if stage < first_stage:
+        if saved is not None and (stage < saved["stage"] or (stage == saved["stage"] and saved["finished"])):
             continue
         rng = random.Random(cfg.seed + 1000 * stage)
         optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.01)
-        recent: list[float] = []
-        passed_at = None
-        for step in range(cfg.max_steps_per_stage):
+        recent, passed_at, first_step = [], None, 0
+        if saved is not None and stage == saved["stage"]:
+            rng.setstate((saved["rng"][0], tuple(saved["rng"][1]), saved["rng"][2]))
+            optimizer.load_state_dict(saved["optimizer"])
+            recent, passed_at, first_step = list(saved["recent"]), saved["passed_at"], saved["step"] + 1
+        out_of_time = False
+        for step in range(first_step, cfg.max_steps_per_stage):
             for group in optimizer.param_groups:
                 group["lr"] = cfg.lr * min(1.0, (step + 1) / cfg.warmup)
             examples = [qa_example(rng, tokenizer, pool, length, facts_for(rng, "train", facts, 0.3), questions)
@@ -109,21 +117,27 @@ def pretrain(tokenizer, out: Path, cfg: PretrainConfig, log, resume: bool = Fals
                 passed_at = step
                 log(f"stage {stage} passed at step {step} (acc {mean:.3f})")
             last = stage == len(STAGES) - 1
-            if passed_at is not None and (not last or step - passed_at >= cfg.final_steps):
+            finished = passed_at is not None and (not last or step - passed_at >= cfg.final_steps)
+            finished = finished or step == cfg.max_steps_per_stage - 1
+            out_of_time = (time.time() - started) / 60 > cfg.max_minutes
+            if finished or out_of_time or step % cfg.checkpoint_every == 0:
+                torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "stage": stage,
+                            "step": step, "finished": finished, "steps": total_steps, "rng": rng.getstate(),
+                            "recent": recent, "passed_at": passed_at}, out / "pretrain.pt")
+            if finished or out_of_time:
                 break
-            if (time.time() - started) / 60 > cfg.max_minutes:
-                log("time limit reached")
-                break
-        torch.save({"model": model.state_dict(), "stage": stage, "steps": total_steps}, out / "pretrain.pt")
-        if (time.time() - started) / 60 > cfg.max_minutes:
+        if out_of_time:
+            log("time limit reached; rerun to resume")
             break
-    log(f"pretraining done: {total_steps} steps, {(time.time() - started) / 60:.1f} min")
-    return model.eval()
+    complete = not out_of_time
+    log(f"pretraining {'done' if complete else 'paused'}: {total_steps} steps, "
+        f"{(time.time() - started) / 60:.1f} min this run")
+    return model.eval(), complete
 
 
 def export_checkpoint(tokenizer, out: Path, cfg: PretrainConfig, directory: Path) -> int:
-    """Write the model in OUT/pretrain.pt (the last finished stage) as a loadable model directory; returns the
-    document length that stage trained at."""
+    """Write the model in OUT/pretrain.pt as a loadable model directory; returns the document length of the stage
+    it was at."""
     state = torch.load(out / "pretrain.pt", weights_only=True)
     model = LlamaForCausalLM(model_config(tokenizer, cfg))
     model.load_state_dict(state["model"])
