@@ -31,14 +31,17 @@ def attention_layers(model) -> list[nn.Module]:
     return [found[i] for i in sorted(found)]
 
 
-def check_projections(model) -> None:
-    """Refuse, in one line, an architecture whose attention has neither q/k/v_proj nor qkv_proj."""
-    for attn in attention_layers(model):
+def check_projections(model) -> list[nn.Module]:
+    """The attention layers, refusing in one line an architecture whose attention has neither q/k/v_proj nor
+    qkv_proj."""
+    layers = attention_layers(model)
+    for attn in layers:
         if not (all(hasattr(attn, n) for n in ("q_proj", "k_proj", "v_proj")) or hasattr(attn, "qkv_proj")):
             raise LocretError(
                 f"{type(attn).__name__} has no q_proj/k_proj/v_proj (or fused qkv_proj) modules; "
                 "locret's retaining heads cannot read this architecture"
             )
+    return layers
 
 
 @contextmanager
@@ -48,7 +51,7 @@ def capture_qkv(model, on_qkv: QKVCallback) -> Iterator[None]:
     The three projections of a layer are held only until the last of them has run, so at most one layer's q, k
     and v are alive at once.
     """
-    check_projections(model)
+    layers = check_projections(model)
     shape = ModelShape.from_config(model.config)
     handles = []
     pending: dict[int, dict[str, torch.Tensor]] = {}
@@ -73,7 +76,7 @@ def capture_qkv(model, on_qkv: QKVCallback) -> Iterator[None]:
         return hook
 
     try:
-        for layer_idx, attn in enumerate(attention_layers(model)):
+        for layer_idx, attn in enumerate(layers):
             if hasattr(attn, "qkv_proj"):
                 handles.append(attn.qkv_proj.register_forward_hook(fused(layer_idx)))
             else:

@@ -36,11 +36,9 @@ def received_attention(query: torch.Tensor, key: torch.Tensor, scaling: float, f
     return total.view(batch, kv_heads, group, n).sum(dim=2)
 
 
-class H2OPolicy(Policy):
-    """Heavy hitters: every entry accumulates the attention it receives from each later chunk's queries; the
-    newest entries (stabilizers) are the recent window."""
+class AttentionScoredPolicy(Policy):
+    """New entries enter at score 0; `observe` then sets every entry's score from the chunk's attention."""
 
-    name = "h2o"
     observes = True
 
     def __init__(self, head_dim: int):
@@ -49,22 +47,26 @@ class H2OPolicy(Policy):
     def score(self, layer_idx, q, k, v, token_index):
         return torch.zeros(q.shape[0], k.shape[-1] // self.head_dim, q.shape[1], device=q.device)
 
+
+class H2OPolicy(AttentionScoredPolicy):
+    """Heavy hitters: every entry accumulates the attention it receives from each later chunk's queries; the
+    newest entries (stabilizers) are the recent window."""
+
+    name = "h2o"
+
     def observe(self, layer_idx, query, key, scaling, layer):
         layer.scores += received_attention(query, key, scaling)
 
 
-class SnapKVPolicy(Policy):
+class SnapKVPolicy(AttentionScoredPolicy):
     """SnapKV adapted to chunks: after each chunk, every entry is rescored by the attention it gets from the chunk's
     last `window` queries, smoothed by average pooling over neighbouring entries."""
 
     name = "snapkv"
-    observes = True
 
     def __init__(self, head_dim: int, window: int = 32, kernel: int = 7):
-        self.head_dim, self.window, self.kernel = head_dim, window, kernel
-
-    def score(self, layer_idx, q, k, v, token_index):
-        return torch.zeros(q.shape[0], k.shape[-1] // self.head_dim, q.shape[1], device=q.device)
+        super().__init__(head_dim)
+        self.window, self.kernel = window, kernel
 
     def observe(self, layer_idx, query, key, scaling, layer):
         attention = received_attention(query, key, scaling, first=max(0, query.shape[2] - self.window))

@@ -93,6 +93,7 @@ class HeadTrainer:
         random.Random(config.seed).shuffle(order)
         held = max(1, round(config.eval_fraction * len(order))) if len(order) >= 2 else 0
         self.heldout, self.train_order = order[:held], order[held:] or order
+        self._epoch, self._order = -1, []
         torch.manual_seed(config.seed)
         self.warmup = config.warmup if config.warmup is not None else max(1, config.steps // 20)
         self.step = 0
@@ -110,10 +111,12 @@ class HeadTrainer:
         return min((step + 1) / warmup, max(0.0, (steps - step) / max(1, steps - warmup)))
 
     def example_at(self, step: int) -> int:
+        """The training example of `step`: each epoch is a seeded shuffle of the training split."""
         epoch, offset = divmod(step, len(self.train_order))
-        order = list(self.train_order)
-        random.Random(self.config.seed * 1_000_003 + epoch).shuffle(order)
-        return order[offset]
+        if self._epoch != epoch:
+            self._epoch, self._order = epoch, list(self.train_order)
+            random.Random(self.config.seed * 1_000_003 + epoch).shuffle(self._order)
+        return self._order[offset]
 
     def run_example(self, index: int, train: bool) -> tuple[float, float, list[float]]:
         """One frozen forward over example `index`'s prompt; returns (loss, smooth, per-layer overlap)."""
