@@ -61,9 +61,11 @@ class Example:
     asked: list[Fact]
 
 
-def document_text(tokenizer, rng: random.Random, tokens: int, facts: list[Fact], split: str) -> str:
+def document_text(tokenizer, rng: random.Random, tokens: int, facts: list[Fact], split: str,
+                  depths: list[float] | None = None) -> str:
     """About `tokens` tokens of mixed filler text (prose, `split`'s reference text, word salad) with each fact at a
-    random paragraph or sentence boundary: a document as a user would hand it to `locret ask`."""
+    paragraph or sentence boundary: a document as a user would hand it to `locret ask`. Boundaries are random, or
+    the nearest to `depths` (one per fact, 0 = start, 1 = end)."""
     reference = reference_text(split)
     room = max(1, tokens - sum(len(tokenizer.encode(" " + f.statement)) for f in facts))
     blocks, count = [], 0
@@ -72,19 +74,24 @@ def document_text(tokenizer, rng: random.Random, tokens: int, facts: list[Fact],
         count += len(tokenizer.encode(blocks[-1])) + 1
     filler = tokenizer.decode(tokenizer.encode("\n\n".join(blocks))[:room])
     boundaries = [0, len(filler)] + [m.end() for m in re.finditer(r"\n\n|(?<=\.) ", filler)]
-    for at, fact in sorted(((rng.choice(boundaries), f) for f in facts), key=lambda x: -x[0]):
+    if depths is None:
+        places = [rng.choice(boundaries) for _ in facts]
+    else:
+        places = [min(boundaries, key=lambda b: abs(b - depth * len(filler))) for depth in depths]
+    for at, fact in sorted(zip(places, facts), key=lambda x: -x[0]):
         before = "" if at == 0 or filler[at - 1] in " \n" else " "
         filler = f"{filler[:at]}{before}{fact.statement} {filler[at:]}"
     return filler
 
 
-def facts_for(rng: random.Random, split: str, count: int, passkey_chance: float) -> list[Fact]:
-    """`count` facts with distinct questions; one of them a pass key with probability `passkey_chance`."""
+def facts_for(rng: random.Random, split: str, count: int, passkey_chance: float, invented: float = 0.0) -> list[Fact]:
+    """`count` facts with distinct questions; one of them a pass key with probability `passkey_chance`; a share
+    `invented` of attribute facts with made-up attributes (`novel_fact`)."""
     facts: dict[str, Fact] = {}
     if rng.random() < passkey_chance:
         facts["passkey"] = passkey_fact(rng)
     while len(facts) < count:
-        fact = novel_fact(rng, split)
+        fact = novel_fact(rng, split, invented)
         facts.setdefault(fact.question, fact)
     return list(facts.values())
 

@@ -124,9 +124,13 @@ def pseudo_word(rng: random.Random) -> str:
     return "".join(rng.choice(SYLLABLES) for _ in range(rng.randint(2, 3))).capitalize()
 
 
-def novel_fact(rng: random.Random, split: str) -> Fact:
-    """An attribute fact from `split`'s vocabulary, with a made-up place name half of the time."""
+def novel_fact(rng: random.Random, split: str, invented: float = 0.0) -> Fact:
+    """An attribute fact from `split`'s vocabulary, with a made-up place name half of the time. With probability
+    `invented`, the attribute and entity kind are made-up words too, so that no list can be memorised."""
     attribute, kind = rng.choice(SPLIT_ATTRIBUTES[split]), rng.choice(SPLIT_KINDS[split])
+    if invented and rng.random() < invented:
+        attribute, kind = f"{pseudo_word(rng).lower()} {rng.choice(['code', 'word', 'number', 'name'])}", \
+            pseudo_word(rng).lower()
     place = pseudo_word(rng) if rng.random() < 0.5 else rng.choice(DIRECTIONS)
     entity = f"the {place} {kind}"
     value = rng.choice([
