@@ -101,7 +101,7 @@ class Engine:
         on_progress: Callable[[Progress], None] | None = None,
     ) -> Generation:
         """Read the document, then answer the question."""
-        start = self._clock()
+        start = self.clock()
         self.read(chunks, on_progress)
         return self.answer(question_ids, start)
 
@@ -116,12 +116,12 @@ class Engine:
 
     def answer(self, question_ids: list[int], start: float | None = None) -> Generation:
         """Prefill the question without eviction and decode; `start` is when reading began (default: now)."""
-        start = self._clock() if start is None else start
+        start = self.clock() if start is None else start
         logits = self.forward(question_ids, score=False)
         first = self.pick(logits)
-        first_token_at = self._clock()
+        first_token_at = self.clock()
         tokens, steps = self.decode(first)
-        end = self._clock()
+        end = self.clock()
         return Generation(
             token_ids=tokens,
             document_tokens=self.document_tokens,
@@ -226,7 +226,7 @@ class Engine:
         choice = torch.multinomial(ordered / ordered.sum(), 1, generator=self.generator)
         return int(index[choice])
 
-    def _clock(self) -> float:
+    def clock(self) -> float:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         return time.perf_counter()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import resource
 import sys
 
@@ -31,3 +32,20 @@ def full_cache_bytes(model, tokens: int) -> int:
     shape = ModelShape.from_config(model.config)
     element = torch.empty(0, dtype=compute_dtype(model)).element_size()
     return shape.layers * 2 * shape.kv_heads * shape.head_dim * element * tokens
+
+
+def available_memory(device: torch.device) -> int:
+    """Bytes that could still be allocated: free GPU memory on CUDA, else the kernel's MemAvailable."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        for line in open("/proc/meminfo"):
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def weight_bytes(model) -> int:
+    return sum(p.numel() * p.element_size() for p in model.parameters())

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
-from locret_cli.documents import Document, Segment, token_chunks
+from locret_cli.bench.tasks import text_document
+from locret_cli.documents import token_chunks
 from locret_cli.engine import Engine, Settings
 from locret_cli.heads import RetainingHeads, load_heads
 from locret_cli.loading import load_model
@@ -38,11 +39,6 @@ class Outcome:
     correct: bool
     answer: str
     expected: str
-
-
-def text_document(text: str) -> Document:
-    return Document(name="dev", kind="text", unit="bytes", total_units=len(text),
-                    segments=lambda: iter([Segment(text, None, len(text))]))
 
 
 def evaluate(loaded, heads, lengths: list[tuple[int, str | None]], policies: list[str], documents: int,

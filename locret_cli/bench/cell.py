@@ -1,0 +1,161 @@
+"""One benchmark cell, (policy, length, task), measured in the process that runs it.
+
+`locret bench` starts `python -m locret_cli.bench.cell` once per cell and repeat, so the peak RSS it reports belongs
+to that cell alone. The spec arrives as JSON on stdin; the result leaves as one JSON line on stdout. A warm-up run
+on a short document comes first and is left out of every figure.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass, replace
+
+import torch
+
+from locret_cli.api import Session, load_session
+from locret_cli.arch import random_model
+from locret_cli.bench.flops import FlopCounter, counting
+from locret_cli.bench.tasks import Sample, contains_match, data_samples, exact_match, generated_samples, text_document
+from locret_cli.documents import token_chunks
+from locret_cli.engine import Engine
+from locret_cli.errors import LocretError
+from locret_cli.heads import RetainingHeads
+from locret_cli.loading import LoadedModel, resolve_device, resolve_dtype
+from locret_cli.measure import available_memory, full_cache_bytes, peak_memory, reset_peak, weight_bytes
+from locret_cli.policies import make_policy
+from locret_cli.prompt import build_prompt, stop_token_ids
+from locret_cli.tokenizer import TiktokenTokenizer
+
+
+@dataclass
+class CellSpec:
+    policy: str
+    length: int | None  # None with --data: the documents are the user's
+    task: str
+    samples: int
+    settings: dict  # Settings overrides; None values fall back to the model's defaults
+    model: str | None = None
+    arch: str | None = None
+    heads: str | None = None
+    data: str | None = None
+    device: str = "auto"
+    dtype: str = "auto"
+    load_4bit: bool = False
+    trust_remote_code: bool = False
+    memory_limit_bytes: int | None = None  # what `full` may use, weights included; default: what is free now
+
+
+def open_session(spec: CellSpec) -> Session:
+    """The model the spec names: a random-weights shape preset (`arch`), a real model, or the embedded one."""
+    if spec.arch is None:
+        return load_session(spec.model, spec.heads, spec.policy, spec.device, spec.dtype, spec.load_4bit,
+                            spec.trust_remote_code)
+    device = resolve_device(spec.device)
+    model = random_model(spec.arch, resolve_dtype(spec.dtype, device)).to(device)
+    torch.manual_seed(0)
+    heads = RetainingHeads.for_model(model).to(device=device, dtype=model.dtype).eval()
+    tokenizer = TiktokenTokenizer.byte_level()
+    return Session(LoadedModel(model, tokenizer, f"{spec.arch} shape, random weights", {}), heads, spec.policy)
+
+
+def run_cell(spec: CellSpec) -> dict:
+    """Every figure of one cell: accuracy, memory peaks, speed and the FLOPs it needed."""
+    session = open_session(spec)
+    model, tokenizer = session.loaded.model, session.loaded.tokenizer
+    settings = session.settings(**spec.settings)
+    stop = stop_token_ids(model, tokenizer)
+    if spec.policy == "full" and spec.length is not None:
+        reason = full_cache_misfit(model, spec.length + 256 + settings.max_new_tokens, spec.memory_limit_bytes)
+        if reason:
+            return {"skipped": reason, "model": session.loaded.name, "settings": asdict(settings)}
+    samples = data_samples(spec.data) if spec.data else generated_samples(spec.task, tokenizer, spec.length,
+                                                                          spec.samples)
+    warm_up(session, settings, stop)
+    reset_peak(model.device)
+    counter = FlopCounter(model)
+    exact, contains, ttft, prefill, decode_s, decode_steps, tokens, kv_peak = [], [], [], [], 0.0, 0, [], 0
+    started = time.perf_counter()
+    with counting(model, counter):
+        for sample in samples:
+            engine = Engine(model, make_policy(spec.policy, model, session.heads), settings, stop)
+            for i, (question, generation) in enumerate(ask_all(engine, sample, tokenizer)):
+                answer = tokenizer.decode(generation.token_ids, skip_special_tokens=True).strip()
+                exact.append(exact_match(answer, question.answer))
+                contains.append(contains_match(answer, question.answer))
+                decode_s, decode_steps = decode_s + generation.decode_s, decode_steps + generation.decode_steps
+                kv_peak = max(kv_peak, generation.cache_peak_bytes)
+                if i == 0:
+                    ttft.append(generation.time_to_first_token_s)
+                    prefill.append((generation.document_tokens + generation.question_tokens)
+                                   / generation.time_to_first_token_s)
+                    tokens.append(generation.document_tokens)
+    measured_s = time.perf_counter() - started
+    peak, peak_kind = peak_memory(model.device)
+    meaningful = spec.arch is None
+    return {
+        "accuracy": statistics.fmean(exact) if meaningful else None,
+        "contains_accuracy": statistics.fmean(contains) if meaningful else None,
+        "questions": len(exact),
+        "document_tokens": round(statistics.median(tokens)),
+        "kv_peak_bytes": kv_peak,
+        "peak_bytes": peak,
+        "peak_kind": peak_kind,
+        "prefill_tokens_per_s": statistics.median(prefill),
+        "decode_tokens_per_s": decode_steps / decode_s if decode_steps else None,
+        "time_to_first_token_s": statistics.median(ttft),
+        "flops": counter.total,
+        "measured_s": measured_s,
+        "model": session.loaded.name,
+        "settings": asdict(settings),
+    }
+
+
+def full_cache_misfit(model, tokens: int, limit: int | None) -> str | None:
+    """Why a full cache of `tokens` entries would not fit (a reason to skip), or None when it would."""
+    need = full_cache_bytes(model, tokens)
+    room = limit - weight_bytes(model) if limit is not None else available_memory(model.device)
+    if need <= room:
+        return None
+    return f"would need {need / 2**30:.1f} GiB of KV cache; {max(room, 0) / 2**30:.1f} GiB free"
+
+
+def ask_all(engine: Engine, sample: Sample, tokenizer):
+    """Read the sample's document once, then answer each question; all but the last on a fork of the cache, so a
+    one-question sample never holds a second copy. Yields (question, Generation)."""
+    prefix = build_prompt(tokenizer, sample.questions[0].question).prefix_ids
+    start = engine.clock()
+    engine.read(token_chunks(sample.document, tokenizer.encode, engine.settings.chunk_size, prefix))
+    for i, question in enumerate(sample.questions):
+        last = i == len(sample.questions) - 1
+        runner = engine if last else engine.fork()
+        ids = build_prompt(tokenizer, question.question).question_ids
+        yield question, runner.answer(ids, start if i == 0 else None)
+
+
+def warm_up(session: Session, settings, stop: set[int]) -> None:
+    """One short run through the same code paths (two chunks, so eviction runs too), left out of the figures."""
+    model, tokenizer = session.loaded.model, session.loaded.tokenizer
+    short = replace(settings, budget=16, stabilizers=4, chunk_size=16, max_new_tokens=2)
+    engine = Engine(model, make_policy(session.policy, model, session.heads), short, stop)
+    sample = Sample(text_document("The warm-up text. " * 8), [])
+    prefix = build_prompt(tokenizer, "Why?").prefix_ids
+    engine.read(token_chunks(sample.document, tokenizer.encode, short.chunk_size, prefix))
+    engine.answer(build_prompt(tokenizer, "Why?").question_ids)
+
+
+def main() -> None:
+    spec = CellSpec(**json.loads(sys.stdin.read()))
+    try:
+        result = {"ok": run_cell(spec)}
+    except LocretError as exc:
+        result = {"error": str(exc)}
+    except torch.OutOfMemoryError as exc:
+        result = {"error": f"out of memory: {str(exc).splitlines()[0]}"}
+    sys.stdout.write(json.dumps(result) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+"""The roofline: how many FLOPs a run needed, and how fast this machine multiplies matrices.
+
+FLOPs are counted from what the engine actually ran, with a forward pre-hook on the model: for every call with n new
+tokens on top of a cache of c entries,
+    linear layers    2 · (decoder parameters) · n          (q/k/v/o projections and MLPs of every layer)
+    attention        4 · layers · heads · head_dim · n · (c + (n + 1) / 2)    (QKᵀ and AV, causal within the call)
+    LM head          2 · hidden · vocab                      (the engine keeps the logits of the last position only)
+Embeddings, norms, RoPE and the scoring heads are left out: they are small beside these.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+
+import torch
+
+from locret_cli.heads import ModelShape
+
+
+class FlopCounter:
+    """Accumulates the forward FLOPs of every model call while `counting(model)` is active."""
+
+    def __init__(self, model):
+        config = model.config.get_text_config(decoder=True)
+        self.shape = ModelShape.from_config(model.config)
+        self.decoder_parameters = sum(p.numel() for p in model.model.layers.parameters())
+        self.lm_head = 2 * config.hidden_size * config.vocab_size
+        self.total = 0
+
+    def add(self, new_tokens: int, cached_tokens: int) -> None:
+        s = self.shape
+        attention = 4 * s.layers * s.heads * s.head_dim * new_tokens * (cached_tokens + (new_tokens + 1) / 2)
+        self.total += int(2 * self.decoder_parameters * new_tokens + attention + self.lm_head)
+
+
+@contextmanager
+def counting(model, counter: FlopCounter):
+    """Count every forward of `model` into `counter`; the hook is removed on exit, whatever happens."""
+
+    def before_forward(_module, _args, kwargs):
+        cache = kwargs.get("past_key_values")
+        counter.add(kwargs["input_ids"].shape[-1], cache.get_seq_length() if cache is not None else 0)
+
+    handle = model.register_forward_pre_hook(before_forward, with_kwargs=True)
+    try:
+        yield counter
+    finally:
+        handle.remove()
+
+
+def matmul_rate(device: torch.device, dtype: torch.dtype, size: int = 2048, repeats: int = 5) -> float:
+    """Measured FLOP/s of a (size x size) @ (size x size) matmul in `dtype` on `device`, after two warm-up runs."""
+    a = torch.randn(size, size, device=device).to(dtype)
+    b = torch.randn(size, size, device=device).to(dtype)
+    for _ in range(2):
+        a @ b
+    _sync(device)
+    start = time.perf_counter()
+    for _ in range(repeats):
+        a @ b
+    _sync(device)
+    return 2 * size**3 * repeats / (time.perf_counter() - start)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

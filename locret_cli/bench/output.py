@@ -1,0 +1,105 @@
+"""Bench results for people and for files: the Rich table, CSV and a plot, each with the resolved config beside it."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from rich.table import Table
+
+from locret_cli.bench.runner import ROW_FIELDS, BenchResult
+from locret_cli.errors import LocretError
+from locret_cli.report import human_bytes
+
+
+def bench_table(result: BenchResult) -> Table:
+    """One row per (task, length, policy): accuracy, memory, speed and the share of the matmul roofline reached."""
+    config = result.config
+    settings = config.get("settings") or {}
+    rate = config["matmul_flops_per_s"]
+    title = (f"{config['model_name']}: budget {settings.get('budget')}, chunk {settings.get('chunk_size')}, "
+             f"stabilizers {settings.get('stabilizers')}, {settings.get('positions')} positions")
+    caption = [f"roofline: the run's model FLOPs at this machine's measured matmul rate ({rate / 1e12:.2f} TFLOP/s); "
+               "'% roofline' = that time over the measured time"]
+    if not config["accuracy_meaningful"]:
+        caption.insert(0, "accuracy is meaningless here: --arch builds random weights; speed and memory are real")
+    table = Table(title=title, caption="\n".join(caption), header_style="bold")
+    for name, justify in [("task", "left"), ("tokens", "right"), ("policy", "left"), ("exact", "right"),
+                          ("contains", "right"), ("KV peak", "right"), ("peak memory", "right"),
+                          ("prefill tok/s", "right"), ("decode tok/s", "right"), ("TTFT", "right"),
+                          ("% roofline", "right")]:
+        table.add_column(name, justify=justify)
+    previous = None
+    for row in result.rows:
+        group = (row["task"], row["length"])
+        if previous is not None and group != previous:
+            table.add_section()
+        previous = group
+        head = [row["task"], f"{row['length']:,}", row["policy"]]
+        if row["skipped"]:
+            table.add_row(*head, f"[yellow]skipped: {row['skipped']}[/]", *[""] * 7)
+            continue
+        table.add_row(
+            *head, _share(row["accuracy"]), _share(row["contains_accuracy"]), human_bytes(row["kv_peak_bytes"]),
+            human_bytes(row["peak_bytes"]), f"{row['prefill_tokens_per_s']:,.0f}",
+            "-" if row["decode_tokens_per_s"] is None else f"{row['decode_tokens_per_s']:,.1f}",
+            f"{row['time_to_first_token_s']:.2f} s", f"{100 * row['roofline_s'] / row['measured_s']:.1f}%",
+        )
+    return table
+
+
+def _share(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.0f}%"
+
+
+def save_config_beside(result: BenchResult, path: Path) -> Path:
+    """Write the resolved config as PATH's name + .config.json, next to the result it belongs to."""
+    beside = path.with_name(path.name + ".config.json")
+    beside.write_text(json.dumps(result.config, indent=2) + "\n")
+    return beside
+
+
+def write_csv(result: BenchResult, path: str | Path) -> None:
+    path = Path(path)
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=ROW_FIELDS)
+        writer.writeheader()
+        writer.writerows(result.rows)
+    save_config_beside(result, path)
+
+
+def write_plot(result: BenchResult, path: str | Path) -> None:
+    """Accuracy and peak memory against context length, one line per policy (and task, when several)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise LocretError("--plot needs matplotlib: pip install matplotlib") from None
+    path = Path(path)
+    figure, (accuracy_axis, memory_axis) = plt.subplots(1, 2, figsize=(11, 4.2))
+    tasks = sorted({row["task"] for row in result.rows})
+    for task in tasks:
+        for policy in dict.fromkeys(row["policy"] for row in result.rows):
+            done = [r for r in result.rows if r["task"] == task and r["policy"] == policy and not r["skipped"]]
+            if not done:
+                continue
+            label = policy if len(tasks) == 1 else f"{policy} ({task})"
+            lengths = [r["length"] for r in done]
+            if result.config["accuracy_meaningful"]:
+                accuracy_axis.plot(lengths, [r["accuracy"] for r in done], marker="o", label=label)
+            memory_axis.plot(lengths, [r["peak_bytes"] / 2**20 for r in done], marker="o", label=label)
+    accuracy_axis.set(xscale="log", xlabel="context length (tokens)", ylabel="exact match", ylim=(-0.03, 1.03),
+                      title="accuracy" if result.config["accuracy_meaningful"] else "accuracy: n/a (random weights)")
+    memory_axis.set(xscale="log", xlabel="context length (tokens)", ylabel="peak memory (MiB)", title="peak memory")
+    for axis in (accuracy_axis, memory_axis):
+        axis.grid(alpha=0.3)
+        if axis.lines:
+            axis.legend(fontsize="small")
+    figure.suptitle(result.config["model_name"] or "")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    save_config_beside(result, path)

@@ -1,0 +1,170 @@
+"""`locret bench`: the same documents and questions through every policy, one fresh process per cell and repeat.
+
+    from locret_cli.bench import BenchConfig, run_bench
+    result = run_bench(BenchConfig(arch="smollm2-135m", policies=["full", "locret"], lengths=[8192, 32768]))
+    print(result.to_json()["rows"])
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+import torch
+import transformers
+
+from locret_cli.arch import PRESETS
+from locret_cli.bench.flops import matmul_rate
+from locret_cli.bench.tasks import TASKS
+from locret_cli.errors import LocretError
+from locret_cli.loading import resolve_device, resolve_dtype
+from locret_cli.policies import POLICY_NAMES
+
+ROW_FIELDS = ("task", "length", "policy", "accuracy", "contains_accuracy", "kv_peak_bytes", "peak_bytes",
+              "prefill_tokens_per_s", "decode_tokens_per_s", "time_to_first_token_s", "skipped", "document_tokens",
+              "questions", "flops", "measured_s", "roofline_s", "repeats")
+MEDIAN_FIELDS = ("accuracy", "contains_accuracy", "kv_peak_bytes", "peak_bytes", "prefill_tokens_per_s",
+                 "decode_tokens_per_s", "time_to_first_token_s", "measured_s")
+
+
+@dataclass
+class BenchConfig:
+    """Everything a bench run depends on. None settings fall back to the model's recorded defaults."""
+
+    model: str | None = None
+    arch: str | None = None
+    heads: str | None = None
+    policies: list[str] = field(default_factory=lambda: list(POLICY_NAMES))
+    lengths: list[int] = field(default_factory=lambda: [4096, 16384])
+    tasks: list[str] = field(default_factory=lambda: ["needle"])
+    data: str | None = None
+    samples: int = 3
+    repeat: int = 1
+    budget: int | None = None
+    chunk_size: int | None = None
+    stabilizers: int | None = None
+    positions: str = "compact"
+    max_new_tokens: int | None = 16
+    device: str = "auto"
+    dtype: str = "auto"
+    load_4bit: bool = False
+    trust_remote_code: bool = False
+    memory_limit_gb: float | None = None
+
+    def checked(self) -> "BenchConfig":
+        if self.model and self.arch:
+            raise LocretError("choose --model or --arch, not both")
+        if self.arch and self.arch not in PRESETS:
+            raise LocretError(f"unknown shape preset {self.arch!r}; choose one of {', '.join(PRESETS)}")
+        unknown = [p for p in self.policies if p not in POLICY_NAMES]
+        if unknown or not self.policies:
+            raise LocretError(f"unknown policy {', '.join(unknown) or '(none)'}; choose from {', '.join(POLICY_NAMES)}")
+        bad_tasks = [t for t in self.tasks if t not in TASKS]
+        if bad_tasks and not self.data:
+            raise LocretError(f"unknown task {', '.join(bad_tasks)}; choose needle or facts, or pass --data FILE")
+        if not self.lengths or min(self.lengths) < 64:
+            raise LocretError("--lengths must list token counts of at least 64, such as 4k,16k")
+        if self.samples < 1 or self.repeat < 1:
+            raise LocretError("--samples and --repeat must be at least 1")
+        return self
+
+
+@dataclass
+class BenchResult:
+    config: dict
+    rows: list[dict]
+
+    def to_json(self) -> dict:
+        return {"config": self.config, "rows": self.rows}
+
+
+def parse_lengths(spec: str) -> list[int]:
+    """'4k,16k,128k' -> [4096, 16384, 131072]; plain numbers are token counts."""
+    out = []
+    for item in spec.split(","):
+        item = item.strip().lower()
+        try:
+            out.append(int(float(item[:-1]) * 1024) if item.endswith("k") else int(item))
+        except ValueError:
+            raise LocretError(f"--lengths: {item!r} is not a token count such as 4096 or 4k") from None
+    return out
+
+
+def run_bench(config: BenchConfig, on_cell: Callable[[str, int, int], None] = lambda *_: None) -> BenchResult:
+    """Run every (task, length, policy) cell `config.repeat` times, each in a fresh process; rows hold medians."""
+    config.checked()
+    device = resolve_device(config.device)
+    rate = matmul_rate(device, resolve_dtype(config.dtype, device))
+    tasks, lengths = (["data"], [None]) if config.data else (config.tasks, config.lengths)
+    cells = [(t, n, p) for t in tasks for n in lengths for p in config.policies]
+    rows, resolved = [], {}
+    for index, (task, length, policy) in enumerate(cells):
+        on_cell(f"{task} {length or ''} {policy}".replace("  ", " "), index, len(cells))
+        runs = [run_cell_process(cell_spec(config, task, length, policy)) for _ in range(config.repeat)]
+        resolved = resolved or {k: runs[0][k] for k in ("model", "settings")}
+        rows.append(summarise(task, length, policy, runs, rate))
+    on_cell("done", len(cells), len(cells))
+    return BenchResult(resolved_config(config, resolved, rate, device), rows)
+
+
+def cell_spec(config: BenchConfig, task: str, length: int | None, policy: str) -> dict:
+    settings = {"budget": config.budget, "chunk_size": config.chunk_size, "stabilizers": config.stabilizers,
+                "positions": config.positions, "max_new_tokens": config.max_new_tokens}
+    limit = int(config.memory_limit_gb * 2**30) if config.memory_limit_gb else None
+    return {"policy": policy, "length": length, "task": task, "samples": config.samples, "settings": settings,
+            "model": config.model, "arch": config.arch, "heads": config.heads, "data": config.data,
+            "device": config.device, "dtype": config.dtype, "load_4bit": config.load_4bit,
+            "trust_remote_code": config.trust_remote_code, "memory_limit_bytes": limit}
+
+
+def run_cell_process(spec: dict) -> dict:
+    """Run one cell in a fresh Python process; its result, or LocretError with the reason it failed."""
+    process = subprocess.run([sys.executable, "-m", "locret_cli.bench.cell"], input=json.dumps(spec),
+                             capture_output=True, text=True, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
+    lines = process.stdout.strip().splitlines()
+    if process.returncode != 0 or not lines:
+        last = (process.stderr.strip().splitlines() or ["no output"])[-1]
+        raise LocretError(f"bench cell {spec['policy']} at {spec['length']} tokens failed "
+                          f"(exit {process.returncode}): {last}")
+    reply = json.loads(lines[-1])
+    if "error" in reply:
+        raise LocretError(reply["error"])
+    return reply["ok"]
+
+
+def summarise(task: str, length: int | None, policy: str, runs: list[dict], rate: float) -> dict:
+    """One row: the median of each measured figure over the repeats."""
+    row = dict.fromkeys(ROW_FIELDS)
+    row.update(task=task, length=length, policy=policy, repeats=len(runs))
+    if "skipped" in runs[0]:
+        row["skipped"] = runs[0]["skipped"]
+        return row
+    for name in MEDIAN_FIELDS:
+        values = [r[name] for r in runs if r[name] is not None]
+        row[name] = statistics.median(values) if values else None
+    for name in ("document_tokens", "questions", "flops"):
+        row[name] = runs[0][name]
+    row["length"] = length if length is not None else row["document_tokens"]
+    row["roofline_s"] = row["flops"] / rate
+    return row
+
+
+def resolved_config(config: BenchConfig, resolved: dict, rate: float, device: torch.device) -> dict:
+    """The configuration as run: the options, the settings the model's defaults resolved them to, and the machine."""
+    return {
+        **asdict(config),
+        "model_name": resolved.get("model"),
+        "settings": resolved.get("settings"),
+        "accuracy_meaningful": config.arch is None,
+        "matmul_flops_per_s": rate,
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+    }

@@ -1,0 +1,110 @@
+"""What a benchmark asks: documents of a chosen length, each with its questions and their answers.
+
+    needle   the official pass key ("The pass key is <digits>. Remember it.") at depths spread over 0-100%
+    facts    several "The <attribute> of <entity> is <value>." statements, every one of them asked
+    --data   the user's JSONL: {"context": text or a path to a .pdf/.txt, "question": ..., "answer": ...}
+
+Generated documents use the held-out ("dev") vocabulary and filler of `synthetic.py`, and seeds of their own, so a
+model trained on the "train" side never saw them.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from locret_cli.documents import Document, Segment, open_document
+from locret_cli.errors import LocretError
+from locret_cli.qa_data import document_text
+from locret_cli.synthetic import novel_fact, passkey_fact
+
+TASKS = ("needle", "facts")
+BENCH_SEED = 20_000
+FACTS_PER_DOCUMENT = 4
+
+
+@dataclass(frozen=True)
+class Question:
+    question: str
+    answer: str
+
+
+@dataclass
+class Sample:
+    """One document and the questions asked of it (each on its own copy of the cache after one read)."""
+
+    document: Document
+    questions: list[Question]
+    depth: float | None = None  # where the needle sits, for `needle`
+
+
+def text_document(text: str, name: str = "generated") -> Document:
+    """A Document over a string already in memory."""
+    return Document(name=name, kind="text", unit="bytes", total_units=len(text),
+                    segments=lambda: iter([Segment(text, None, len(text))]))
+
+
+def needle_depths(samples: int) -> list[float]:
+    """`samples` depths spread evenly from 0 to 1 (0.5 for a single sample)."""
+    return [0.5] if samples == 1 else [i / (samples - 1) for i in range(samples)]
+
+
+def generated_samples(task: str, tokenizer, length: int, samples: int) -> list[Sample]:
+    """`samples` documents of about `length` tokens for task `needle` or `facts`, the same on every run."""
+    if task not in TASKS:
+        raise LocretError(f"unknown task {task!r}; choose needle or facts, or pass --data FILE")
+    out = []
+    for index, depth in enumerate(needle_depths(samples)):
+        rng = random.Random(BENCH_SEED + 7919 * length + 31 * index + (0 if task == "needle" else 1))
+        if task == "needle":
+            facts = [passkey_fact(rng)]
+            text = document_text(tokenizer, rng, length, facts, "dev", depths=[depth])
+        else:
+            facts = list({f.question: f for f in (novel_fact(rng, "dev") for _ in range(FACTS_PER_DOCUMENT))}.values())
+            text, depth = document_text(tokenizer, rng, length, facts, "dev"), None
+        out.append(Sample(text_document(text), [Question(f.question, f.answer) for f in facts], depth))
+    return out
+
+
+def data_samples(path: str | Path) -> list[Sample]:
+    """Samples from a JSONL file of {"context", "question", "answer"}; a context naming an existing .pdf or .txt file
+    (relative to the JSONL's folder) is read from that file."""
+    path = Path(path)
+    if not path.is_file():
+        raise LocretError(f"--data {path}: no such file")
+    out = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise LocretError(f"--data {path} line {number}: not JSON ({exc.msg})") from None
+        missing = [k for k in ("context", "question", "answer") if not isinstance(record.get(k), str)]
+        if missing:
+            raise LocretError(f"--data {path} line {number}: needs string field(s) {', '.join(missing)}")
+        context = record["context"]
+        linked = (path.parent / context) if len(context) < 4096 and "\n" not in context else None
+        if linked is not None and linked.suffix.lower() in (".pdf", ".txt") and linked.is_file():
+            document = open_document(str(linked))
+        else:
+            document = text_document(context, name=f"{path.name}:{number}")
+        out.append(Sample(document, [Question(record["question"], record["answer"])]))
+    if not out:
+        raise LocretError(f"--data {path} holds no records")
+    return out
+
+
+def exact_match(answer: str, expected: str) -> bool:
+    return normalise(answer) == normalise(expected)
+
+
+def contains_match(answer: str, expected: str) -> bool:
+    return normalise(expected) in normalise(answer)
+
+
+def normalise(text: str) -> str:
+    """Case and surrounding whitespace and full stops do not count."""
+    return " ".join(text.split()).strip(" .").casefold()
