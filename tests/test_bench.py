@@ -150,6 +150,7 @@ def test_plot_is_written_and_nothing_is_overwritten(tmp_path):
     (["--policies", "locret,fifo"], "unknown policy fifo"),
     (["--model", "x", "--arch", "smollm2-135m"], "--model or --arch"),
     (["--arch", "gpt-5"], "unknown shape preset"),
+    (["--arch", "smollm2-135m", "--load-4bit"], "--load-4bit applies to --model"),
     (["--lengths", "10"], "at least 64"),
     (["--tasks", "poems"], "unknown task poems"),
 ])

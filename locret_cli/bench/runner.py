@@ -60,6 +60,8 @@ class BenchConfig:
     def checked(self) -> "BenchConfig":
         if self.model and self.arch:
             raise LocretError("choose --model or --arch, not both")
+        if self.arch and self.load_4bit:
+            raise LocretError("--load-4bit applies to --model; --arch builds its random weights in --dtype")
         if self.arch and self.arch not in PRESETS:
             raise LocretError(f"unknown shape preset {self.arch!r}; choose one of {', '.join(PRESETS)}")
         unknown = [p for p in self.policies if p not in POLICY_NAMES]
@@ -155,6 +157,16 @@ def summarise(task: str, length: int | None, policy: str, runs: list[dict], rate
     return row
 
 
+def cpu_name() -> str:
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return f"{line.split(':', 1)[1].strip()} ({os.cpu_count()} cores)"
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def resolved_config(config: BenchConfig, resolved: dict, rate: float, device: torch.device) -> dict:
     """The configuration as run: the options, the settings the model's defaults resolved them to, and the machine."""
     return {
@@ -163,7 +175,7 @@ def resolved_config(config: BenchConfig, resolved: dict, rate: float, device: to
         "settings": resolved.get("settings"),
         "accuracy_meaningful": config.arch is None,
         "matmul_flops_per_s": rate,
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
+        "hardware": torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name(),
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "transformers": transformers.__version__,
