@@ -8,7 +8,9 @@ document. Facts take two forms:
 
 from __future__ import annotations
 
+import functools
 import random
+import re
 from dataclasses import dataclass
 
 SUBJECTS = ["the ferryman", "a tired clerk", "the harbour master", "an old surveyor", "the night guard", "a courier",
@@ -129,16 +131,32 @@ def novel_fact(rng: random.Random, split: str, invented: float = 0.0) -> Fact:
     `invented`, the attribute and entity kind are made-up words too, so that no list can be memorised."""
     attribute, kind = rng.choice(SPLIT_ATTRIBUTES[split]), rng.choice(SPLIT_KINDS[split])
     if invented and rng.random() < invented:
-        attribute, kind = f"{pseudo_word(rng).lower()} {rng.choice(['code', 'word', 'number', 'name'])}", \
-            pseudo_word(rng).lower()
+        attribute, kind = f"{invented_word(rng)} {rng.choice(['code', 'word', 'number', 'name'])}", invented_word(rng)
     place = pseudo_word(rng) if rng.random() < 0.5 else rng.choice(DIRECTIONS)
     entity = f"the {place} {kind}"
     value = rng.choice([
         str(rng.randint(100, 999999)),
         pseudo_word(rng),
-        rng.choice(SPLIT_WORDS[split]),
+        rng.choice(SPLIT_WORDS[split]) if not invented else invented_word(rng),
     ])
     return Fact(f"The {attribute} of {entity} is {value}.", f"What is the {attribute} of {entity}?", value, "attribute")
+
+
+def invented_word(rng: random.Random) -> str:
+    """A made-up word, or an English word from the training reference text that no dev list holds."""
+    return pseudo_word(rng).lower() if rng.random() < 0.5 else rng.choice(english_words())
+
+
+@functools.cache
+def english_words() -> list[str]:
+    """Lowercase words of 5-10 letters from the training side of the reference text, minus function words and
+    every dev-list word."""
+    held_out = {w for lists in (SPLIT_ATTRIBUTES, SPLIT_KINDS, SPLIT_WORDS) for phrase in lists["dev"]
+                for w in phrase.split()}
+    function_words = {"which", "there", "their", "where", "these", "those", "other", "about", "above", "after",
+                      "before", "being", "could", "would", "should", "while", "whose", "every", "until"}
+    found = set(re.findall(r"\b[a-z]{5,10}\b", reference_text("train")))
+    return sorted(found - held_out - function_words)
 
 
 def reference_text(split: str) -> str:

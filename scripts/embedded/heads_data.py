@@ -17,13 +17,13 @@ from locret_cli.tokenizer import TiktokenTokenizer
 
 
 def write_heads_data(tokenizer, path: Path, seed: int, count: int, lengths: tuple[int, int],
-                     facts_per_document: tuple[int, int] = (4, 6)) -> None:
+                     facts_per_document: tuple[int, int] = (4, 6), invented: float = 0.35) -> None:
     """`count` training-vocabulary documents of lengths[0]..lengths[1] tokens holding facts_per_document[0]..[1]
-    facts, one of them asked."""
+    facts, one of them asked; a share `invented` of attribute facts with made-up attributes, as in pretraining."""
     rng = random.Random(seed + 1)
     with path.open("w") as f:
         for _ in range(count):
-            facts = facts_for(rng, "train", rng.randint(*facts_per_document), passkey_chance=0.3)
+            facts = facts_for(rng, "train", rng.randint(*facts_per_document), 0.3, invented)
             document = document_text(tokenizer, rng, rng.randint(*lengths), facts, "train")
             fact = rng.choice(facts)
             f.write(json.dumps({"prompt": document + question_text(fact.question), "answer": answer_text(fact)}) + "\n")
