@@ -109,7 +109,8 @@ def run_bench(config: BenchConfig, on_cell: Callable[[str, int, int], None] = la
     for index, (task, length, policy) in enumerate(cells):
         on_cell(f"{task} {length or ''} {policy}".replace("  ", " "), index, len(cells))
         runs = [run_cell_process(cell_spec(config, task, length, policy)) for _ in range(config.repeat)]
-        resolved = resolved or {k: runs[0][k] for k in ("model", "settings")}
+        if "skipped" not in runs[0] or not resolved:
+            resolved = {k: runs[0].get(k) for k in ("model", "settings", "peak_kind")}
         rows.append(summarise(task, length, policy, runs, rate))
     on_cell("done", len(cells), len(cells))
     return BenchResult(resolved_config(config, resolved, rate, device), rows)
@@ -174,6 +175,7 @@ def resolved_config(config: BenchConfig, resolved: dict, rate: float, device: to
         "model_name": resolved.get("model"),
         "settings": resolved.get("settings"),
         "accuracy_meaningful": config.arch is None,
+        "peak_memory_measures": resolved.get("peak_kind"),
         "matmul_flops_per_s": rate,
         "hardware": torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name(),
         "threads": torch.get_num_threads(),
