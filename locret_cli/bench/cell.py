@@ -140,9 +140,8 @@ def warm_up(session: Session, settings, stop: set[int]) -> None:
     model, tokenizer = session.loaded.model, session.loaded.tokenizer
     short = replace(settings, budget=16, stabilizers=4, chunk_size=16, max_new_tokens=2)
     engine = Engine(model, make_policy(session.policy, model, session.heads), short, stop)
-    sample = Sample(text_document("The warm-up text. " * 8), [])
     prefix = build_prompt(tokenizer, "Why?").prefix_ids
-    engine.read(token_chunks(sample.document, tokenizer.encode, short.chunk_size, prefix))
+    engine.read(token_chunks(text_document("The warm-up text. " * 8), tokenizer.encode, short.chunk_size, prefix))
     engine.answer(build_prompt(tokenizer, "Why?").question_ids)
 
 
