@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -84,16 +85,24 @@ def document_text(tokenizer, rng: random.Random, tokens: int, facts: list[Fact],
     return filler
 
 
-def facts_for(rng: random.Random, split: str, count: int, passkey_chance: float, invented: float = 0.0) -> list[Fact]:
+def facts_for(rng: random.Random, split: str, count: int, passkey_chance: float, invented: float = 0.0,
+              pieces: Sequence[str] = ()) -> list[Fact]:
     """`count` facts with distinct questions; one of them a pass key with probability `passkey_chance`; a share
-    `invented` of attribute facts with made-up attributes (`novel_fact`)."""
+    `invented` of attribute facts with made-up attributes, some joined from word `pieces` (`novel_fact`)."""
     facts: dict[str, Fact] = {}
     if rng.random() < passkey_chance:
         facts["passkey"] = passkey_fact(rng)
     while len(facts) < count:
-        fact = novel_fact(rng, split, invented)
+        fact = novel_fact(rng, split, invented, pieces)
         facts.setdefault(fact.question, fact)
     return list(facts.values())
+
+
+def word_pieces(tokenizer) -> tuple[str, ...]:
+    """The tokenizer's tokens that are lowercase letters (leading space dropped): what made-up words are joined from
+    so that every piece a word can split into is trained (`synthetic.invented_word`)."""
+    texts = {tokenizer.decode([i]).strip() for i in range(len(tokenizer))}
+    return tuple(sorted(t for t in texts if re.fullmatch(r"[a-z]+", t)))
 
 
 def qa_example(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import random
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 SUBJECTS = ["the ferryman", "a tired clerk", "the harbour master", "an old surveyor", "the night guard", "a courier",
@@ -126,37 +127,55 @@ def pseudo_word(rng: random.Random) -> str:
     return "".join(rng.choice(SYLLABLES) for _ in range(rng.randint(2, 3))).capitalize()
 
 
-def novel_fact(rng: random.Random, split: str, invented: float = 0.0) -> Fact:
+def novel_fact(rng: random.Random, split: str, invented: float = 0.0, pieces: Sequence[str] = ()) -> Fact:
     """An attribute fact from `split`'s vocabulary, with a made-up place name half of the time. With probability
-    `invented`, the attribute and entity kind are made-up words too, so that no list can be memorised."""
+    `invented`, the attribute and entity kind are made-up words too. Given a tokenizer's word `pieces` (training
+    data), word values are always made up (`invented_word`): with a short list to draw from, a model recalls list
+    words instead of copying, and cannot copy words made of pieces it never answered with."""
     attribute, kind = rng.choice(SPLIT_ATTRIBUTES[split]), rng.choice(SPLIT_KINDS[split])
     if invented and rng.random() < invented:
-        attribute, kind = f"{invented_word(rng)} {rng.choice(['code', 'word', 'number', 'name'])}", invented_word(rng)
+        attribute = f"{invented_word(rng, pieces)} {rng.choice(['code', 'word', 'number', 'name'])}"
+        kind = invented_word(rng, pieces)
     place = pseudo_word(rng) if rng.random() < 0.5 else rng.choice(DIRECTIONS)
     entity = f"the {place} {kind}"
     value = rng.choice([
         str(rng.randint(100, 999999)),
         pseudo_word(rng),
-        rng.choice(SPLIT_WORDS[split]) if not invented else invented_word(rng),
+        invented_word(rng, pieces) if pieces else rng.choice(SPLIT_WORDS[split]),
     ])
     return Fact(f"The {attribute} of {entity} is {value}.", f"What is the {attribute} of {entity}?", value, "attribute")
 
 
-def invented_word(rng: random.Random) -> str:
-    """A made-up word, or an English word from the training reference text that no dev list holds."""
-    return pseudo_word(rng).lower() if rng.random() < 0.5 else rng.choice(english_words())
+def invented_word(rng: random.Random, pieces: Sequence[str] = ()) -> str:
+    """A made-up word of syllables, an English word from the training reference text, or, given a tokenizer's word
+    `pieces`, 1-3 of them joined; never a dev-list word. Held-out words split into pieces the filler rarely holds:
+    joining pieces makes every one of them something the model has matched and copied in training."""
+    while True:
+        if pieces and rng.random() < 0.5:
+            word = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 3)))
+        elif rng.random() < 0.5:
+            word = pseudo_word(rng).lower()
+        else:
+            word = rng.choice(english_words())
+        if word not in dev_words():
+            return word
+
+
+@functools.cache
+def dev_words() -> frozenset[str]:
+    """Every word of the dev attributes, kinds and values."""
+    return frozenset(w for lists in (SPLIT_ATTRIBUTES, SPLIT_KINDS, SPLIT_WORDS) for phrase in lists["dev"]
+                     for w in phrase.split())
 
 
 @functools.cache
 def english_words() -> list[str]:
     """Lowercase words of 5-10 letters from the training side of the reference text, minus function words and
     every dev-list word."""
-    held_out = {w for lists in (SPLIT_ATTRIBUTES, SPLIT_KINDS, SPLIT_WORDS) for phrase in lists["dev"]
-                for w in phrase.split()}
     function_words = {"which", "there", "their", "where", "these", "those", "other", "about", "above", "after",
                       "before", "being", "could", "would", "should", "while", "whose", "every", "until"}
     found = set(re.findall(r"\b[a-z]{5,10}\b", reference_text("train")))
-    return sorted(found - held_out - function_words)
+    return sorted(found - dev_words() - function_words)
 
 
 def reference_text(split: str) -> str:

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import random
 
-from locret_cli.qa_data import facts_for
-from locret_cli.synthetic import SPLIT_ATTRIBUTES, SPLIT_KINDS, SPLIT_WORDS, english_words, novel_fact
+import string
+
+from locret_cli.qa_data import facts_for, word_pieces
+from locret_cli.synthetic import SPLIT_ATTRIBUTES, SPLIT_KINDS, SPLIT_WORDS, dev_words, english_words, novel_fact
+from locret_cli.tokenizer import TiktokenTokenizer
+
+# Pieces that join into dev words ("kennel", "biscuit") or are dev words ("market"): never allowed out whole.
+RISKY_PIECES = ("ken", "nel", "bis", "cuit", "market", "ab", "c", "o")
 
 
 def parts(statement: str) -> tuple[str, str, str]:
@@ -17,13 +23,28 @@ def parts(statement: str) -> tuple[str, str, str]:
 
 def test_training_facts_never_use_a_dev_attribute_kind_or_word_even_when_invented():
     rng = random.Random(0)
-    for invented in (0.0, 0.5, 1.0):
-        for fact in facts_for(rng, "train", 400, passkey_chance=0.0, invented=invented):
-            attribute, kind, value = parts(fact.statement)
-            assert attribute not in SPLIT_ATTRIBUTES["dev"] and kind not in SPLIT_KINDS["dev"], fact.statement
-            assert value not in SPLIT_WORDS["dev"], fact.statement
-    dev_words = {w for lists in (SPLIT_ATTRIBUTES, SPLIT_KINDS, SPLIT_WORDS) for p in lists["dev"] for w in p.split()}
-    assert len(english_words()) > 1000 and not set(english_words()) & dev_words
+    for pieces in ((), RISKY_PIECES):
+        for invented in (0.0, 0.5, 1.0):
+            for fact in facts_for(rng, "train", 400, passkey_chance=0.0, invented=invented, pieces=pieces):
+                attribute, kind, value = parts(fact.statement)
+                assert attribute not in SPLIT_ATTRIBUTES["dev"] and kind not in SPLIT_KINDS["dev"], fact.statement
+                made_up = [value.lower()] + ([] if attribute in SPLIT_ATTRIBUTES["train"] else [attribute.split()[0], kind])
+                assert not set(made_up) & dev_words(), fact.statement
+    assert {"kennel", "biscuit", "market", "harbour"} <= dev_words()
+    assert len(english_words()) > 1000 and not set(english_words()) & dev_words()
+
+
+def test_with_pieces_word_values_are_made_up_never_from_the_training_list():
+    rng = random.Random(2)
+    values = [novel_fact(rng, "train", pieces=RISKY_PIECES).answer for _ in range(600)]
+    words = [v for v in values if v.islower()]
+    assert len(words) > 100 and not set(words) & set(SPLIT_WORDS["train"])
+    joined = [w for w in words if set(w) <= set("kenlbiscutmarkabo") and w not in english_words()]
+    assert joined, "some word values are joined from the given pieces"
+
+
+def test_word_pieces_are_the_tokenizers_lowercase_letter_tokens():
+    assert word_pieces(TiktokenTokenizer.byte_level()) == tuple(string.ascii_lowercase)
 
 
 def test_invented_share_is_respected_and_questions_match_statements():

@@ -6,6 +6,9 @@ answered on a fork of the engine (eviction does not depend on the question).
 
     python -m scripts.embedded.evaluate --model runs/embedded/model --heads runs/embedded/heads \\
         --lengths 2000:full,32000,128000 --policies locret,streaming --documents 10
+
+`--by-type` adds a table of errors by answer type; the `oracle` policy scores entries with their training labels
+(scripts/embedded/diagnose.py).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from locret_cli.policies import make_policy
 from locret_cli.prompt import build_prompt, stop_token_ids
 from locret_cli.qa_data import document_text
 from locret_cli.synthetic import novel_fact, passkey_fact
+from scripts.embedded.diagnose import error_kind, label_oracle, type_table, value_type
 
 DEV_SEED = 10_000
 
@@ -39,6 +43,8 @@ class Outcome:
     correct: bool
     answer: str
     expected: str
+    value_type: str
+    error: str
 
 
 def evaluate(loaded, heads, lengths: list[tuple[int, str | None]], policies: list[str], documents: int,
@@ -55,12 +61,15 @@ def evaluate(loaded, heads, lengths: list[tuple[int, str | None]], policies: lis
             prefix = build_prompt(tokenizer, facts[0].question).prefix_ids
             for policy_name in ([only] if only else policies):
                 started = time.perf_counter()
-                engine = Engine(model, make_policy(policy_name, model, heads), settings, stop)
+                policy = (label_oracle(model, tokenizer, prefix, text, facts) if policy_name == "oracle"
+                          else make_policy(policy_name, model, heads))
+                engine = Engine(model, policy, settings, stop)
                 engine.read(token_chunks(text_document(text), tokenizer.encode, settings.chunk_size, prefix))
                 for fact in facts:
                     generation = engine.fork().answer(build_prompt(tokenizer, fact.question).question_ids)
                     answer = tokenizer.decode(generation.token_ids).strip()
-                    outcomes.append(Outcome(policy_name, length, fact.kind, answer == fact.answer, answer, fact.answer))
+                    outcomes.append(Outcome(policy_name, length, fact.kind, answer == fact.answer, answer, fact.answer,
+                                            value_type(fact), error_kind(answer, fact, facts)))
                 log(f"{policy_name} length {length} document {d}: {engine.document_tokens} tokens, "
                     f"{sum(o.correct for o in outcomes[-len(facts):])}/{len(facts)} right, "
                     f"{time.perf_counter() - started:.1f} s")
@@ -96,13 +105,15 @@ def main() -> None:
     parser.add_argument("--model", required=True)
     parser.add_argument("--heads", help="trained heads; omit for random heads")
     parser.add_argument("--lengths", default="2000:full,32000,128000")
-    parser.add_argument("--policies", default="locret,streaming")
+    parser.add_argument("--policies", default="locret,streaming",
+                        help="any of locret's policies, and `oracle`: the training labels as scores (diagnose.py)")
     parser.add_argument("--documents", type=int, default=10)
     parser.add_argument("--budget", type=int, default=1024)
     parser.add_argument("--chunk-size", type=int, default=512)
     parser.add_argument("--stabilizers", type=int, default=128)
     parser.add_argument("--attributes", type=int, default=4, help="attribute facts per document (plus a pass key)")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--by-type", action="store_true", help="also count errors by answer type (diagnose.py)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     loaded = load_model(args.model, device="cpu", dtype="auto")
@@ -114,6 +125,8 @@ def main() -> None:
     print(f"\nbudget {args.budget}, chunk {args.chunk_size}, stabilizers {args.stabilizers}, "
           f"heads {args.heads or 'random'}\n")
     print(table(outcomes))
+    if args.by_type:
+        print("\n" + type_table([(o.policy, o.length, o.value_type, o.error) for o in outcomes]))
 
 
 if __name__ == "__main__":

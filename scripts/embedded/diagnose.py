@@ -1,0 +1,79 @@
+"""Diagnostics for `evaluate.py`: which kinds of answer fail and how, and what eviction reaches with perfect scores.
+
+    python -m scripts.embedded.evaluate --model M --heads H --lengths 1900 --policies full,oracle,locret,streaming \\
+        --budget 128 --chunk-size 128 --stabilizers 16 --by-type
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import torch
+
+from locret_cli.policies import Policy
+from locret_cli.prompt import build_prompt
+from locret_cli.qa_data import answer_text
+from locret_cli.synthetic import Fact
+from locret_cli.training.labels import compute_labels
+
+VALUE_TYPES = ("pass key", "number", "name", "word")
+ERRORS = ("right", "another fact's value", "garbled copy", "other")
+
+
+class LabelOracle(Policy):
+    """Scores every entry with its training label (`training/labels.py`), maxed over all the questions the document
+    will be asked: the ranking retaining heads learn to predict, known in advance. An upper bound for trained
+    heads; meaningful only inside the model's trained positions, since the labels come from one full forward."""
+
+    name = "oracle"
+
+    def __init__(self, labels: torch.Tensor):
+        self.labels = labels  # (layers, kv_heads, prompt tokens)
+
+    def score(self, layer_idx, q, k, v, token_index):
+        if int(token_index.max()) >= self.labels.shape[-1]:
+            raise ValueError("the document was tokenized differently from the oracle's labels")
+        return self.labels[layer_idx][:, token_index.cpu()].unsqueeze(0).to(q.device)
+
+
+def label_oracle(model, tokenizer, prefix_ids: list[int], text: str, facts: list[Fact]) -> LabelOracle:
+    """The oracle for one document: a full forward per question, labels of the document's tokens, max over questions."""
+    document = prefix_ids + tokenizer.encode(text)
+    per_question = [
+        compute_labels(model, document + build_prompt(tokenizer, f.question).question_ids,
+                       tokenizer.encode(answer_text(f)))[..., :len(document)]
+        for f in facts
+    ]
+    return LabelOracle(torch.stack(per_question).amax(0))
+
+
+def value_type(fact: Fact) -> str:
+    if fact.kind == "passkey":
+        return "pass key"
+    if fact.answer.isdigit():
+        return "number"
+    return "name" if fact.answer[:1].isupper() else "word"
+
+
+def error_kind(answer: str, fact: Fact, facts: list[Fact]) -> str:
+    """How an answer relates to the expected one: right, another fact's value, a garbled copy (same first two
+    characters), or anything else."""
+    if answer == fact.answer:
+        return "right"
+    if answer in {f.answer for f in facts if f is not fact}:
+        return "another fact's value"
+    return "garbled copy" if answer[:2] == fact.answer[:2] else "other"
+
+
+def type_table(rows: list[tuple[str, int, str, str]]) -> str:
+    """Markdown from (policy, length, value type, error kind) rows: counts of each error kind per value type."""
+    counts = Counter(rows)
+    lines = ["| policy | document tokens | answer type | " + " | ".join(ERRORS) + " |",
+             "|---|---:|---|" + "---:|" * len(ERRORS)]
+    for policy, length in sorted({(p, n) for p, n, _, _ in rows}, key=lambda x: (x[1], x[0])):
+        for kind in VALUE_TYPES:
+            total = sum(counts[(policy, length, kind, e)] for e in ERRORS)
+            if total:
+                cells = " | ".join(f"{counts[(policy, length, kind, e)]}/{total}" for e in ERRORS)
+                lines.append(f"| {policy} | {length:,} | {kind} | {cells} |")
+    return "\n".join(lines)

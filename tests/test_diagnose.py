@@ -1,0 +1,45 @@
+"""The embedded-model diagnostics: the label oracle keeps exactly each layer's top-labelled entries, and answers are
+classified by type and error as documented."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import VOCAB
+from locret_cli.engine import Engine, Settings
+from locret_cli.synthetic import Fact
+from scripts.embedded.diagnose import LabelOracle, error_kind, value_type
+
+
+def fact(answer: str, kind: str = "attribute") -> Fact:
+    return Fact(f"The x of y is {answer}.", "What is the x of y?", answer, kind)
+
+
+def test_label_oracle_keeps_each_layers_top_labelled_entries(llama):
+    n, budget = 40, 8
+    layers, kv_heads = llama.config.num_hidden_layers, llama.config.num_key_value_heads
+    labels = torch.randn(layers, kv_heads, n, generator=torch.Generator().manual_seed(3))
+    settings = Settings(budget=budget, chunk_size=n, stabilizers=0, positions="original", max_new_tokens=1)
+    engine = Engine(llama, LabelOracle(labels), settings, stop_ids={1})
+    engine.prefill_chunk(torch.randint(2, VOCAB, (n,), generator=torch.Generator().manual_seed(4)).tolist())
+    for layer_idx, layer in enumerate(engine.cache.layers):
+        for head in range(kv_heads):
+            expected = sorted(labels[layer_idx, head].topk(budget).indices.tolist())
+            assert layer.positions[0][head].tolist() == expected
+
+
+def test_label_oracle_refuses_tokens_it_has_no_label_for(llama):
+    labels = torch.zeros(llama.config.num_hidden_layers, llama.config.num_key_value_heads, 4)
+    engine = Engine(llama, LabelOracle(labels), Settings(budget=2, chunk_size=6, stabilizers=0), stop_ids={1})
+    with pytest.raises(ValueError, match="tokenized differently"):
+        engine.prefill_chunk([5, 6, 7, 8, 9, 10])
+
+
+def test_answers_are_classified_by_type_and_error():
+    facts = [fact("48213", "passkey"), fact("907"), fact("Kalomi"), fact("lantern")]
+    assert [value_type(f) for f in facts] == ["pass key", "number", "name", "word"]
+    assert error_kind("907", facts[1], facts) == "right"
+    assert error_kind("lantern", facts[1], facts) == "another fact's value"
+    assert error_kind("90", facts[1], facts) == "garbled copy"
+    assert error_kind("juniper", facts[3], facts) == "other"
