@@ -7,8 +7,8 @@ answered on a fork of the engine (eviction does not depend on the question).
     python -m scripts.embedded.evaluate --model runs/embedded/model --heads runs/embedded/heads \\
         --lengths 2000:full,32000,128000 --policies locret,streaming --documents 10
 
-`--by-type` adds a table of errors by answer type; the `oracle` policy scores entries with their training labels
-(scripts/embedded/diagnose.py).
+`--by-type` adds a table of errors by answer type and `--answers` lists every answer beside the expected one; the
+`oracle` policy scores entries with their training labels (scripts/embedded/diagnose.py).
 """
 
 from __future__ import annotations
@@ -114,6 +114,7 @@ def main() -> None:
     parser.add_argument("--attributes", type=int, default=4, help="attribute facts per document (plus a pass key)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--by-type", action="store_true", help="also count errors by answer type (diagnose.py)")
+    parser.add_argument("--answers", action="store_true", help="also list every expected answer and the model's")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     loaded = load_model(args.model, device="cpu", dtype="auto")
@@ -127,6 +128,10 @@ def main() -> None:
     print(table(outcomes))
     if args.by_type:
         print("\n" + type_table([(o.policy, o.length, o.value_type, o.error) for o in outcomes]))
+    if args.answers:
+        print("\n| policy | document tokens | answer type | expected | answered |\n|---|---:|---|---|---|")
+        for o in outcomes:
+            print(f"| {o.policy} | {o.length:,} | {o.value_type} | {o.expected} | {o.answer} |")
 
 
 if __name__ == "__main__":

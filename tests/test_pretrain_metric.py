@@ -1,0 +1,30 @@
+"""The curriculum's stage metric counts whole answers: one wrong token makes its answer wrong."""
+
+from __future__ import annotations
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from locret_cli.qa_data import IGNORE
+from scripts.embedded.pretrain import answer_loss
+
+
+def test_an_answer_counts_only_when_every_token_is_right():
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=1)).eval()
+    ids = torch.randint(0, 50, (1, 12))
+    with torch.no_grad():
+        predicted = model(input_ids=ids).logits.argmax(-1)  # (1, 12): the token predicted after each position
+    labels = torch.full_like(ids, IGNORE)
+    labels[0, 3:6] = predicted[0, 2:5]  # answer 1: three tokens, all predicted
+    labels[0, 8:11] = predicted[0, 7:10]  # answer 2: three tokens, the last one wrong
+    labels[0, 10] = (predicted[0, 9] + 1) % 50
+    with torch.no_grad():
+        _, accuracy = answer_loss(model, ids, labels)
+    assert accuracy == 0.5
+
+    labels[0, 10] = predicted[0, 9]
+    with torch.no_grad():
+        _, accuracy = answer_loss(model, ids, labels)
+    assert accuracy == 1.0
