@@ -113,7 +113,8 @@ def qa_example(
     facts: list[Fact],
     questions: int,
 ) -> Example:
-    """A document of about `document_tokens` tokens holding `facts`, then `questions` of them asked and answered."""
+    """A document of about `document_tokens` tokens holding `facts`, then `questions` questions about them, each
+    drawn independently (repeats allowed), so no answer follows by elimination from the questions before it."""
     statements = [tokenizer.encode(rng.choice([" ", "\n", "\n\n"]) + f.statement + rng.choice([" ", "\n"]))
                   for f in facts]
     filler = pool.filler(rng, max(len(facts) + 1, document_tokens - sum(map(len, statements))))
@@ -123,7 +124,7 @@ def qa_example(
         document += filler[previous:cut] + statement
         previous = cut
     document += filler[previous:]
-    asked = rng.sample(facts, min(questions, len(facts)))
+    asked = [rng.choice(facts) for _ in range(questions)]
     first = build_prompt(tokenizer, asked[0].question)
     input_ids = first.prefix_ids + document + first.question_ids
     labels = [IGNORE] * len(input_ids)

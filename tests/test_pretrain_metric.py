@@ -1,12 +1,14 @@
-"""The curriculum's stage metric counts whole answers: one wrong token makes its answer wrong."""
+"""The curriculum's stage metric counts whole answers to first-time questions: one wrong token makes its answer
+wrong, and repeated questions do not count."""
 
 from __future__ import annotations
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from locret_cli.qa_data import IGNORE
-from scripts.embedded.pretrain import answer_loss
+from locret_cli.qa_data import IGNORE, Example
+from locret_cli.synthetic import Fact
+from scripts.embedded.pretrain import answer_loss, first_asks
 
 
 def test_an_answer_counts_only_when_every_token_is_right():
@@ -21,10 +23,21 @@ def test_an_answer_counts_only_when_every_token_is_right():
     labels[0, 8:11] = predicted[0, 7:10]  # answer 2: three tokens, the last one wrong
     labels[0, 10] = (predicted[0, 9] + 1) % 50
     with torch.no_grad():
-        _, accuracy = answer_loss(model, ids, labels)
+        _, accuracy = answer_loss(model, ids, labels, torch.tensor([True, True]))
     assert accuracy == 0.5
 
     labels[0, 10] = predicted[0, 9]
     with torch.no_grad():
-        _, accuracy = answer_loss(model, ids, labels)
+        _, accuracy = answer_loss(model, ids, labels, torch.tensor([True, True]))
     assert accuracy == 1.0
+
+    labels[0, 10] = (predicted[0, 9] + 1) % 50
+    with torch.no_grad():
+        _, accuracy = answer_loss(model, ids, labels, torch.tensor([True, False]))
+    assert accuracy == 1.0  # the wrong answer is not counted
+
+
+def test_only_the_first_ask_of_a_fact_counts():
+    a, b = (Fact(f"The code of {x} is 1.", f"What is the code of {x}?", "1", "attribute") for x in "AB")
+    examples = [Example([], [], [a, b], [a, a, b, a]), Example([], [], [a, b], [b, a])]
+    assert first_asks(examples).tolist() == [True, False, True, False, True, True]

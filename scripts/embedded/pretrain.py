@@ -2,10 +2,11 @@
 retrieval training: a curriculum over length with several facts per document from the start).
 
 Each stage has a document length, a fact count and a batch size. A stage ends when the teacher-forced accuracy on
-whole answers, averaged over the last 20 steps, passes its threshold. Each stage starts a fresh AdamW whose learning
-rate warms up and then stays constant, and draws its data from its own seeded stream, so a run resumed at a stage
-boundary (`resume=True`, from OUT/pretrain.pt) follows exactly the path of an uninterrupted one. The loss is
-cross-entropy on answer tokens only, and the LM head runs only there.
+whole answers to questions asked for the first time in their document, averaged over the last 20 steps, passes its
+threshold. Each stage starts a fresh AdamW whose learning rate warms up and then stays constant, and draws its data
+from its own seeded stream, so a run resumed at a stage boundary (`resume=True`, from OUT/pretrain.pt) follows
+exactly the path of an uninterrupted one. The loss is cross-entropy on answer tokens only, and the LM head runs only
+there.
 """
 
 from __future__ import annotations
@@ -20,18 +21,19 @@ import torch
 import torch.nn.functional as F
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
-from locret_cli.qa_data import IGNORE, FillerPool, collate, facts_for, qa_example, word_pieces
+from locret_cli.qa_data import IGNORE, Example, FillerPool, collate, facts_for, qa_example, word_pieces
 from locret_cli.tokenizer import TIKTOKEN_FILE
 
-# (document tokens, facts, questions, batch, accuracy to pass, share of facts with invented attributes). Half the
-# facts are asked: when every fact is asked, the last answers follow by elimination (the facts not yet asked), a
-# shortcut that kept the third run's model from matching questions to statements. Stages advance on whole-answer
-# accuracy, which continuation tokens cannot inflate. Word values are always made up from the tokenizer's own
-# pieces, made-up syllables or English words (`synthetic.invented_word`), and from 192 tokens on part of the
-# attributes and kinds are too: with short lists to draw from, the model learns the lists and recalls instead of
-# copying.
-STAGES = [(48, 2, 1, 64, 0.9, 0.0), (192, 6, 3, 32, 0.9, 0.35), (768, 10, 5, 8, 0.92, 0.5),
-          (1980, 16, 8, 4, 0.95, 0.5)]
+# (document tokens, facts, questions, batch, accuracy to pass, share of facts with invented attributes). Each
+# question picks its fact independently, repeats allowed (`qa_example`): when every fact is asked once, the last
+# answers follow by elimination, a shortcut that kept the third run's model from matching questions to statements;
+# and a repeated question is an exact repeat to copy from, which teaches copying sooner (fourth run, docs). Stages
+# advance on whole-answer accuracy, which the easy tokens after a wrong first one cannot inflate. Word values are
+# always made up from the tokenizer's own pieces, made-up syllables or English words (`synthetic.invented_word`),
+# and from 192 tokens on part of the attributes and kinds are too: with short lists to draw from, the model learns
+# the lists and recalls instead of copying.
+STAGES = [(48, 2, 4, 64, 0.9, 0.0), (192, 6, 6, 32, 0.9, 0.35), (768, 10, 10, 8, 0.92, 0.5),
+          (1980, 16, 16, 4, 0.95, 0.5)]
 
 
 @dataclass
@@ -63,9 +65,10 @@ def model_config(tokenizer, cfg: PretrainConfig) -> LlamaConfig:
     return config
 
 
-def answer_loss(model, ids: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, float]:
-    """Cross-entropy on answer tokens (logits only where a label is) and the share of answers whose every token is
-    predicted right. ids, labels: (B, T); answers are the runs of labelled positions."""
+def answer_loss(model, ids: torch.Tensor, labels: torch.Tensor, counted: torch.Tensor) -> tuple[torch.Tensor, float]:
+    """Cross-entropy on answer tokens (logits only where a label is) and the share of `counted` answers whose every
+    token is predicted right. ids, labels: (B, T); answers are the runs of labelled positions, in row-major order;
+    counted: (answers,) bool."""
     hidden = model.model(input_ids=ids).last_hidden_state[:, :-1]
     targets = labels[:, 1:]
     chosen = targets != IGNORE
@@ -75,7 +78,14 @@ def answer_loss(model, ids: torch.Tensor, labels: torch.Tensor) -> tuple[torch.T
     answer_of_token = starts.flatten().cumsum(0)[chosen.flatten()] - 1
     wrong = torch.zeros(int(starts.sum()), device=ids.device).index_add_(
         0, answer_of_token, (logits.argmax(-1) != targets[chosen]).float())
-    return loss, (wrong == 0).float().mean().item()
+    return loss, (wrong[counted] == 0).float().mean().item()
+
+
+def first_asks(examples: list[Example]) -> torch.Tensor:
+    """(answers,) bool, row-major: whether each answer is its fact's first in the example. Only those count towards
+    a stage's accuracy; a repeated question is answered by copying the earlier answer, which is easier."""
+    return torch.tensor([fact not in example.asked[:i] for example in examples
+                         for i, fact in enumerate(example.asked)])
 
 
 def pretrain(tokenizer, out: Path, cfg: PretrainConfig, log, resume: bool = False) -> tuple[LlamaForCausalLM, bool]:
@@ -115,7 +125,7 @@ def pretrain(tokenizer, out: Path, cfg: PretrainConfig, log, resume: bool = Fals
                         for _ in range(batch)]
             ids, labels = collate(examples)
             with torch.autocast("cpu", dtype=torch.bfloat16):
-                loss, accuracy = answer_loss(model, ids, labels)
+                loss, accuracy = answer_loss(model, ids, labels, first_asks(examples))
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
