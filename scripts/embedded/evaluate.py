@@ -48,14 +48,14 @@ class Outcome:
 
 
 def evaluate(loaded, heads, lengths: list[tuple[int, str | None]], policies: list[str], documents: int,
-             settings: Settings, log, attributes: int = 4) -> list[Outcome]:
+             settings: Settings, log, attributes: int = 4, passkey: bool = True) -> list[Outcome]:
     tokenizer, model = loaded.tokenizer, loaded.model
     stop = stop_token_ids(model, tokenizer)
     outcomes = []
     for length, only in lengths:
         for d in range(documents):
             rng = random.Random(DEV_SEED + 97 * length + d)
-            facts = [passkey_fact(rng)] + [novel_fact(rng, "dev") for _ in range(attributes)]
+            facts = [passkey_fact(rng)] * passkey + [novel_fact(rng, "dev") for _ in range(attributes)]
             facts = list({f.question: f for f in facts}.values())
             text = document_text(tokenizer, rng, length, facts, "dev")
             prefix = build_prompt(tokenizer, facts[0].question).prefix_ids
@@ -87,7 +87,7 @@ def table(outcomes: list[Outcome]) -> str:
         parts = []
         for kind in ("passkey", "attribute", "all"):
             hits = cells[(policy, length, kind)]
-            parts.append(f"{100 * sum(hits) / len(hits):.0f}% ({sum(hits)}/{len(hits)})")
+            parts.append(f"{100 * sum(hits) / len(hits):.0f}% ({sum(hits)}/{len(hits)})" if hits else "-")
         rows.append(f"| {policy} | {length:,} | " + " | ".join(parts) + " |")
     return "\n".join(rows)
 
@@ -114,6 +114,8 @@ def main() -> None:
     parser.add_argument("--attributes", type=int, default=4, help="attribute facts per document (plus a pass key)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--by-type", action="store_true", help="also count errors by answer type (diagnose.py)")
+    parser.add_argument("--no-passkey", action="store_true",
+                        help="attribute facts only: the answer must come from matching the question, not its kind")
     parser.add_argument("--answers", action="store_true", help="also list every expected answer and the model's")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -122,7 +124,7 @@ def main() -> None:
     settings = Settings(budget=args.budget, chunk_size=args.chunk_size, stabilizers=args.stabilizers,
                         max_new_tokens=16)
     outcomes = evaluate(loaded, heads, parse_lengths(args.lengths), args.policies.split(","), args.documents,
-                        settings, lambda m: print(m, flush=True), args.attributes)
+                        settings, lambda m: print(m, flush=True), args.attributes, not args.no_passkey)
     print(f"\nbudget {args.budget}, chunk {args.chunk_size}, stabilizers {args.stabilizers}, "
           f"heads {args.heads or 'random'}\n")
     print(table(outcomes))
