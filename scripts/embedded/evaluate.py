@@ -55,7 +55,8 @@ def evaluate(loaded, heads, lengths: list[tuple[int, str | None]], policies: lis
     for length, only in lengths:
         for d in range(documents):
             rng = random.Random(DEV_SEED + 97 * length + d)
-            facts = [passkey_fact(rng)] * passkey + [novel_fact(rng, "dev") for _ in range(attributes)]
+            key = passkey_fact(rng)  # drawn either way, so the attribute facts are the same with or without it
+            facts = ([key] if passkey else []) + [novel_fact(rng, "dev") for _ in range(attributes)]
             facts = list({f.question: f for f in facts}.values())
             text = document_text(tokenizer, rng, length, facts, "dev")
             prefix = build_prompt(tokenizer, facts[0].question).prefix_ids
