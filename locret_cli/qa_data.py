@@ -141,9 +141,9 @@ def qa_example(
 
 
 def answer_text(fact: Fact) -> str:
-    """The answer as the model should write it: with the leading space the value has inside the statement, so
-    answering is copying the document's own tokens (" lantern" and "lantern" are different tokens)."""
-    return " " + fact.answer
+    """The answer as the embedded model writes it: the statement's sentence (`Fact.reply`), with the leading space it
+    has inside the document, so answering is copying the document's own tokens (" The" and "The" differ)."""
+    return " " + fact.reply
 
 
 def collate(examples: list[Example]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -53,6 +53,12 @@ class Fact:
     answer: str
     kind: str  # "attribute" or "passkey"
 
+    @property
+    def reply(self) -> str:
+        """The statement's first sentence, which ends with the answer: "The gate code of the north depot is 4821."
+        The embedded model answers this way, so that its answer restates the key it looked up (docs)."""
+        return self.statement[: self.statement.rindex(self.answer) + len(self.answer)] + "."
+
 
 def filler_sentence(rng: random.Random) -> str:
     sentence = rng.choice(TEMPLATES).format(

@@ -32,7 +32,7 @@ from scripts.embedded.tokenizer import train_tokenizer
 VOCAB = 3072
 PACKAGE = Path(__file__).resolve().parent.parent / "locret_cli" / "embedded_model"
 # Recorded with the model: compact positions never pass budget + chunk + question + answer, inside the 2048 trained.
-DEFAULTS = {"budget": 1024, "chunk_size": 512, "stabilizers": 128, "max_new_tokens": 16, "trained_positions": 2048}
+DEFAULTS = {"budget": 1024, "chunk_size": 512, "stabilizers": 128, "max_new_tokens": 48, "trained_positions": 2048}
 HEADS = {"examples": 600, "steps": 2000, "hidden": 256, "lr": 5e-4}
 
 

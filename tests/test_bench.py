@@ -13,7 +13,7 @@ from conftest import tiny_model
 from locret_cli.bench import parse_lengths
 from locret_cli.bench.flops import FlopCounter, counting
 from locret_cli.bench.runner import ROW_FIELDS
-from locret_cli.bench.tasks import contains_match, data_samples, exact_match, generated_samples, needle_depths
+from locret_cli.bench.tasks import Question, contains_match, data_samples, exact_match, generated_samples, needle_depths
 from locret_cli.cli import app
 from locret_cli.errors import LocretError
 from locret_cli.tokenizer import TiktokenTokenizer
@@ -61,6 +61,15 @@ def test_facts_documents_hold_every_fact_asked():
 def test_exact_and_contains_scoring():
     assert exact_match(" Paris. ", "paris") and not exact_match("Paris, France", "Paris")
     assert contains_match("It is Paris, France", "paris") and not contains_match("Lyon", "Paris")
+
+
+def test_a_generated_question_also_accepts_its_statement_as_the_answer():
+    (sample,) = generated_samples("needle", TiktokenTokenizer.byte_level(), 800, 1)
+    question = sample.questions[0]
+    assert question.sentence == f"The pass key is {question.answer}."
+    assert question.is_exact(question.answer) and question.is_exact(f"the pass key is {question.answer}")
+    assert not question.is_exact(f"The key is {question.answer}.") and not question.is_exact("The pass key is 1.")
+    assert Question("Q?", "77").is_exact(" 77. ") and not Question("Q?", "77").is_exact("The code is 77.")
 
 
 def test_data_file_records_read_text_or_linked_files(tmp_path):

@@ -39,7 +39,9 @@ def test_label_oracle_refuses_tokens_it_has_no_label_for(llama):
 def test_answers_are_classified_by_type_and_error():
     facts = [fact("48213", "passkey"), fact("907"), fact("Kalomi"), fact("lantern")]
     assert [value_type(f) for f in facts] == ["pass key", "number", "name", "word"]
-    assert error_kind("907", facts[1], facts) == "right"
-    assert error_kind("lantern", facts[1], facts) == "another fact's value"
-    assert error_kind("90", facts[1], facts) == "garbled copy"
-    assert error_kind("juniper", facts[3], facts) == "other"
+    assert error_kind("The x of y is 907.", facts[1], facts) == "right"
+    assert error_kind("907", facts[1], facts) == error_kind("The x of z is 907.", facts[1], facts) \
+        == "right value, sentence off"
+    assert error_kind("The x of y is lantern.", facts[1], facts) == "another fact's value"
+    assert error_kind("The x of y is 90.", facts[1], facts) == "garbled copy"
+    assert error_kind("The x of y is juniper.", facts[3], facts) == "other"

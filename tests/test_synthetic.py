@@ -8,7 +8,8 @@ import re
 import string
 
 from locret_cli.qa_data import facts_for, word_pieces
-from locret_cli.synthetic import SPLIT_ATTRIBUTES, SPLIT_KINDS, SPLIT_WORDS, dev_words, english_words, novel_fact
+from locret_cli.synthetic import (SPLIT_ATTRIBUTES, SPLIT_KINDS, SPLIT_WORDS, dev_words, english_words, novel_fact,
+                                  passkey_fact)
 from locret_cli.tokenizer import TiktokenTokenizer
 
 # Pieces that join into dev words ("kennel", "biscuit") or are dev words ("market"): never allowed out whole.
@@ -59,3 +60,12 @@ def test_invented_share_is_respected_and_questions_match_statements():
     for fact in facts[:50]:
         subject = fact.question.removeprefix("What is the ").removesuffix("?")
         assert fact.statement == f"The {subject} is {fact.answer}."
+
+
+def test_reply_is_the_statements_sentence_ending_in_the_answer():
+    rng = random.Random(3)
+    assert passkey_fact(rng).reply.startswith("The pass key is ")
+    key = passkey_fact(random.Random(4))
+    assert key.reply == f"The pass key is {key.answer}." and key.statement == key.reply + " Remember it."
+    for fact in (novel_fact(rng, "dev") for _ in range(50)):
+        assert fact.reply == fact.statement

@@ -18,7 +18,7 @@ import torch
 from locret_cli.api import Session, load_session
 from locret_cli.arch import random_model
 from locret_cli.bench.flops import FlopCounter, counting
-from locret_cli.bench.tasks import Sample, contains_match, data_samples, exact_match, generated_samples, text_document
+from locret_cli.bench.tasks import Sample, contains_match, data_samples, generated_samples, text_document
 from locret_cli.documents import token_chunks
 from locret_cli.engine import Engine
 from locret_cli.errors import LocretError
@@ -83,7 +83,7 @@ def run_cell(spec: CellSpec) -> dict:
             engine = Engine(model, make_policy(spec.policy, model, session.heads), settings, stop)
             for i, (question, generation) in enumerate(ask_all(engine, sample, tokenizer)):
                 answer = tokenizer.decode(generation.token_ids, skip_special_tokens=True).strip()
-                exact.append(exact_match(answer, question.answer))
+                exact.append(question.is_exact(answer))
                 contains.append(contains_match(answer, question.answer))
                 decode_s, decode_steps = decode_s + generation.decode_s, decode_steps + generation.decode_steps
                 kv_peak = max(kv_peak, generation.cache_peak_bytes)

@@ -29,6 +29,12 @@ FACTS_PER_DOCUMENT = 4
 class Question:
     question: str
     answer: str
+    sentence: str | None = None  # the answer as a full statement ("The pass key is 4821."): exact too
+
+    def is_exact(self, answer: str) -> bool:
+        """Whether `answer` is the expected answer, or the statement that ends in it (as the embedded model
+        answers), case, surrounding whitespace and full stops aside."""
+        return any(exact_match(answer, expected) for expected in (self.answer, self.sentence) if expected)
 
 
 @dataclass
@@ -64,7 +70,7 @@ def generated_samples(task: str, tokenizer, length: int, samples: int) -> list[S
         else:
             facts = list({f.question: f for f in (novel_fact(rng, "dev") for _ in range(FACTS_PER_DOCUMENT))}.values())
             text, depth = document_text(tokenizer, rng, length, facts, "dev"), None
-        out.append(Sample(text_document(text), [Question(f.question, f.answer) for f in facts], depth))
+        out.append(Sample(text_document(text), [Question(f.question, f.answer, f.reply) for f in facts], depth))
     return out
 
 

@@ -17,7 +17,7 @@ from locret_cli.synthetic import Fact
 from locret_cli.training.labels import compute_labels
 
 VALUE_TYPES = ("pass key", "number", "name", "word")
-ERRORS = ("right", "another fact's value", "garbled copy", "other")
+ERRORS = ("right", "right value, sentence off", "another fact's value", "garbled copy", "other")
 
 
 class LabelOracle(Policy):
@@ -56,13 +56,17 @@ def value_type(fact: Fact) -> str:
 
 
 def error_kind(answer: str, fact: Fact, facts: list[Fact]) -> str:
-    """How an answer relates to the expected one: right, another fact's value, a garbled copy (same first two
-    characters), or anything else."""
-    if answer == fact.answer:
+    """How an answer relates to the expected sentence (`Fact.reply`): right; the right value in a sentence that
+    differs; another fact's value; a garbled copy of the value (same first two characters); or anything else. The
+    value is what follows the answer's last " is "."""
+    if answer == fact.reply:
         return "right"
-    if answer in {f.answer for f in facts if f is not fact}:
+    value = answer.rpartition(" is ")[2].removesuffix(".")
+    if value == fact.answer:
+        return "right value, sentence off"
+    if value in {f.answer for f in facts if f is not fact}:
         return "another fact's value"
-    return "garbled copy" if answer[:2] == fact.answer[:2] else "other"
+    return "garbled copy" if value[:2] == fact.answer[:2] else "other"
 
 
 def type_table(rows: list[tuple[str, int, str, str]]) -> str:

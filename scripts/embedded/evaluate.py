@@ -69,7 +69,7 @@ def evaluate(loaded, heads, lengths: list[tuple[int, str | None]], policies: lis
                 for fact in facts:
                     generation = engine.fork().answer(build_prompt(tokenizer, fact.question).question_ids)
                     answer = tokenizer.decode(generation.token_ids).strip()
-                    outcomes.append(Outcome(policy_name, length, fact.kind, answer == fact.answer, answer, fact.answer,
+                    outcomes.append(Outcome(policy_name, length, fact.kind, answer == fact.reply, answer, fact.reply,
                                             value_type(fact), error_kind(answer, fact, facts)))
                 log(f"{policy_name} length {length} document {d}: {engine.document_tokens} tokens, "
                     f"{sum(o.correct for o in outcomes[-len(facts):])}/{len(facts)} right, "
@@ -123,7 +123,7 @@ def main() -> None:
     loaded = load_model(args.model, device="cpu", dtype="auto")
     heads = load_heads(args.heads, loaded.model) if args.heads else RetainingHeads.for_model(loaded.model).eval()
     settings = Settings(budget=args.budget, chunk_size=args.chunk_size, stabilizers=args.stabilizers,
-                        max_new_tokens=16)
+                        max_new_tokens=48)
     outcomes = evaluate(loaded, heads, parse_lengths(args.lengths), args.policies.split(","), args.documents,
                         settings, lambda m: print(m, flush=True), args.attributes, not args.no_passkey)
     print(f"\nbudget {args.budget}, chunk {args.chunk_size}, stabilizers {args.stabilizers}, "
