@@ -135,12 +135,13 @@ def pseudo_word(rng: random.Random) -> str:
 
 def novel_fact(rng: random.Random, split: str, invented: float = 0.0, pieces: Sequence[str] = ()) -> Fact:
     """An attribute fact from `split`'s vocabulary, with a made-up place name half of the time. With probability
-    `invented`, the attribute and entity kind are made-up words too. Given a tokenizer's word `pieces` (training
-    data), word values are always made up (`invented_word`): with a short list to draw from, a model recalls list
-    words instead of copying, and cannot copy words made of pieces it never answered with."""
+    `invented`, the attribute (both its words) and entity kind are made-up words too. Given a tokenizer's word
+    `pieces` (training data), word values are always made up (`invented_word`): with a short list to draw from, a
+    model recalls list words instead of copying, and cannot copy words made of pieces it never answered with. (With
+    made-up attributes ending in one of four words, the fifth run wrote "spare number" for "spare key".)"""
     attribute, kind = rng.choice(SPLIT_ATTRIBUTES[split]), rng.choice(SPLIT_KINDS[split])
     if invented and rng.random() < invented:
-        attribute = f"{invented_word(rng, pieces)} {rng.choice(['code', 'word', 'number', 'name'])}"
+        attribute = f"{invented_word(rng, pieces)} {invented_word(rng, pieces)}"
         kind = invented_word(rng, pieces)
     place = pseudo_word(rng) if rng.random() < 0.5 else rng.choice(DIRECTIONS)
     entity = f"the {place} {kind}"

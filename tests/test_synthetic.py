@@ -30,7 +30,7 @@ def test_training_facts_never_use_a_dev_attribute_kind_or_word_even_when_invente
             for fact in facts_for(rng, "train", 400, passkey_chance=0.0, invented=invented, pieces=pieces):
                 attribute, kind, value = parts(fact.statement)
                 assert attribute not in SPLIT_ATTRIBUTES["dev"] and kind not in SPLIT_KINDS["dev"], fact.statement
-                made_up = [value.lower()] + ([] if attribute in SPLIT_ATTRIBUTES["train"] else [attribute.split()[0], kind])
+                made_up = [value.lower()] + ([] if attribute in SPLIT_ATTRIBUTES["train"] else [*attribute.split(), kind])
                 assert not set(made_up) & dev_words(), fact.statement
     assert {"kennel", "biscuit", "market", "harbour"} <= dev_words()
     assert len(english_words()) > 1000 and not set(english_words()) & dev_words()
@@ -57,6 +57,10 @@ def test_invented_share_is_respected_and_questions_match_statements():
     facts = [novel_fact(rng, "train", invented=0.5) for _ in range(2000)]
     share = sum(not any(f.statement.startswith(f"The {a} of") for a in listed) for f in facts) / len(facts)
     assert 0.45 < share < 0.55
+    # No slot of a made-up attribute comes from a short list: a model would learn the list instead of copying.
+    made_up = [f.statement.removeprefix("The ").split(" of the ")[0] for f in facts
+               if not any(f.statement.startswith(f"The {a} of") for a in listed)]
+    assert len({a.split()[-1] for a in made_up}) > len(made_up) // 2
     for fact in facts[:50]:
         subject = fact.question.removeprefix("What is the ").removesuffix("?")
         assert fact.statement == f"The {subject} is {fact.answer}."
