@@ -30,6 +30,7 @@ from locret_cli.policies import make_policy
 from locret_cli.prompt import build_prompt, stop_token_ids
 from locret_cli.qa_data import document_text
 from locret_cli.synthetic import novel_fact, passkey_fact
+from scripts.build_embedded import DEFAULTS
 from scripts.embedded.diagnose import error_kind, label_oracle, type_table, value_type
 
 DEV_SEED = 10_000
@@ -109,9 +110,9 @@ def main() -> None:
     parser.add_argument("--policies", default="locret,streaming",
                         help="any of locret's policies, and `oracle`: the training labels as scores (diagnose.py)")
     parser.add_argument("--documents", type=int, default=10)
-    parser.add_argument("--budget", type=int, default=1024)
-    parser.add_argument("--chunk-size", type=int, default=512)
-    parser.add_argument("--stabilizers", type=int, default=128)
+    parser.add_argument("--budget", type=int, default=DEFAULTS["budget"])
+    parser.add_argument("--chunk-size", type=int, default=DEFAULTS["chunk_size"])
+    parser.add_argument("--stabilizers", type=int, default=DEFAULTS["stabilizers"])
     parser.add_argument("--attributes", type=int, default=4, help="attribute facts per document (plus a pass key)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--by-type", action="store_true", help="also count errors by answer type (diagnose.py)")
@@ -123,7 +124,7 @@ def main() -> None:
     loaded = load_model(args.model, device="cpu", dtype="auto")
     heads = load_heads(args.heads, loaded.model) if args.heads else RetainingHeads.for_model(loaded.model).eval()
     settings = Settings(budget=args.budget, chunk_size=args.chunk_size, stabilizers=args.stabilizers,
-                        max_new_tokens=48)
+                        max_new_tokens=DEFAULTS["max_new_tokens"])
     outcomes = evaluate(loaded, heads, parse_lengths(args.lengths), args.policies.split(","), args.documents,
                         settings, lambda m: print(m, flush=True), args.attributes, not args.no_passkey)
     print(f"\nbudget {args.budget}, chunk {args.chunk_size}, stabilizers {args.stabilizers}, "
