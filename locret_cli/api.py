@@ -53,6 +53,7 @@ class AskResult:
             "budget": self.settings.budget,
             "chunk_size": self.settings.chunk_size,
             "stabilizers": self.settings.stabilizers,
+            "score_pool": self.settings.score_pool,
             "positions": self.settings.positions,
             "policy": self.policy,
             "kv_cache": {
@@ -108,7 +109,7 @@ class Session:
         document = source if isinstance(source, Document) else open_document(source, encoding=encoding, stdin=stdin)
         model, tokenizer = self.loaded.model, self.loaded.tokenizer
         prompt = build_prompt(tokenizer, question)
-        policy = make_policy(self.policy, model, self.heads)
+        policy = make_policy(self.policy, model, self.heads, settings.score_pool)
         engine = Engine(model, policy, settings, stop_token_ids(model, tokenizer))
         reset_peak(model.device)
         chunks = token_chunks(document, lambda text: tokenizer.encode(text, add_special_tokens=False),

@@ -64,6 +64,7 @@ def ask(
     chunk_size: Annotated[Optional[int], typer.Option(help="Tokens prefilled per step. Default 3072.")] = None,
     stabilizers: Annotated[Optional[int], typer.Option(help="Most recent entries always kept. Default 2500; clipped to budget/2 if it does not fit.")] = None,
     positions: Annotated[str, typer.Option(help="compact: renumber kept entries 0..n-1; original: keep true positions.")] = "compact",
+    score_pool: Annotated[Optional[int], typer.Option(help="locret: each score becomes the best within this many neighbouring tokens (odd). Default 1, or the model's recorded default.")] = None,
     max_new_tokens: Annotated[Optional[int], typer.Option(help="Longest answer, in tokens. Default 256.")] = None,
     temperature: Annotated[float, typer.Option(help="0 decodes greedily.")] = 0.0,
     top_p: Annotated[float, typer.Option(help="Nucleus sampling mass when temperature > 0.")] = 1.0,
@@ -97,7 +98,7 @@ def ask(
         warn(f"no --model given: using the {session.loaded.name}")
     settings = session.settings(
         warn, budget=budget, chunk_size=chunk_size, stabilizers=stabilizers, positions=positions,
-        max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed,
+        score_pool=score_pool, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed,
     )
     with DocumentProgress(err, document.unit, document.total_units, enabled=not quiet) as progress:
         result = session.ask(document, question, settings, on_progress=progress.update)

@@ -34,6 +34,7 @@ class Settings:
     stabilizers: int = 2500
     positions: str = "compact"
     max_new_tokens: int = 256
+    score_pool: int = 1  # locret: max-pool scores over this many neighbouring tokens (`LocretPolicy`)
     temperature: float = 0.0
     top_p: float = 1.0
     seed: int = 0
@@ -45,6 +46,8 @@ class Settings:
                 raise LocretError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
         if self.stabilizers < 0:
             raise LocretError(f"--stabilizers must be zero or more, got {self.stabilizers}")
+        if self.score_pool < 1 or self.score_pool % 2 == 0:
+            raise LocretError(f"--score-pool must be a positive odd number, got {self.score_pool}")
         if self.positions not in POSITION_MODES:
             raise LocretError(f"--positions must be compact or original, got {self.positions!r}")
         if self.temperature < 0 or not 0 < self.top_p <= 1:

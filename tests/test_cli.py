@@ -12,12 +12,13 @@ from typer.testing import CliRunner
 
 from conftest import save_model_dir, tiny_model
 from locret_cli.cli import app
+from locret_cli.embedded import load_embedded
 from locret_cli.heads import RetainingHeads
 from pdfs import encrypted_pdf, image_only_pdf, text_pdf
 
 runner = CliRunner()
 FILLER = "The river bends past the old mill, where the miller counts his sacks twice a day. "
-DOCUMENT = FILLER * 20 + "The gate code of the north depot is 4821. " + FILLER * 20
+DOCUMENT = FILLER * 60 + "The gate code of the north depot is 4821. " + FILLER * 60  # over budget + chunk tokens
 
 
 @pytest.fixture
@@ -41,8 +42,10 @@ def test_json_document_has_every_key_and_nothing_else_on_stdout(doc):
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert set(data) >= {"answer", "document", "budget", "chunk_size", "policy", "kv_cache", "memory", "speed"}
-    assert data["document"] == {"tokens": len(DOCUMENT.encode()), "pages": None}
+    assert data["document"] == {"tokens": len(load_embedded("cpu")[0].tokenizer.encode(DOCUMENT)), "pages": None}
+    recorded = load_embedded("cpu")[0].defaults
     assert (data["budget"], data["chunk_size"], data["policy"]) == (1024, 512, "locret")
+    assert data["score_pool"] == recorded.get("score_pool", 1)
     assert set(data["kv_cache"]) == {"kept_tokens", "peak_tokens", "peak_bytes", "full_cache_bytes"}
     assert data["kv_cache"]["kept_tokens"] == 1024
     assert data["kv_cache"]["peak_tokens"] == 1024 + 512
@@ -67,6 +70,11 @@ def test_table_goes_to_stderr_and_answer_to_stdout(doc):
     assert result.exit_code == 0
     assert "What it cost" in result.stderr and "KV cache peak" in result.stderr
     assert "What it cost" not in result.stdout
+
+
+def test_score_pool_given_on_the_command_line_is_used(doc):
+    result = ask(doc, "q?", "--json", "--score-pool", 5)
+    assert result.exit_code == 0 and json.loads(result.stdout)["score_pool"] == 5
 
 
 def test_stabilizers_that_do_not_fit_are_clipped_with_a_warning(doc):
@@ -111,6 +119,7 @@ def bad_inputs(tmp_path, llama_dir):
         ([encrypted_pdf(tmp_path / "locked.pdf", plain), "q?"], None, "is encrypted"),
         ([image_only_pdf(tmp_path / "scan.pdf"), "q?"], None, "no text layer"),
         ([doc, "q?", "--budget", 0], None, "--budget must be positive"),
+        ([doc, "q?", "--score-pool", 4], None, "--score-pool must be a positive odd number"),
         ([doc, "q?", "--chunk-size", 0], None, "--chunk-size must be positive"),
         ([doc, "q?", "--positions", "sideways"], None, "--positions must be compact or original"),
         ([doc, "   "], None, "the question is empty"),

@@ -174,7 +174,8 @@ def test_settings_are_checked():
     warnings = []
     assert Settings(budget=100, stabilizers=100).checked(warnings.append).stabilizers == 50
     assert "does not fit" in warnings[0]
-    for bad in (dict(budget=0), dict(chunk_size=-1), dict(stabilizers=-1), dict(positions="x"), dict(top_p=0)):
+    for bad in (dict(budget=0), dict(chunk_size=-1), dict(stabilizers=-1), dict(positions="x"), dict(top_p=0),
+                dict(score_pool=0), dict(score_pool=4)):
         with pytest.raises(LocretError):
             Settings(**bad).checked(warnings.append)
 

@@ -83,3 +83,15 @@ def test_every_policy_holds_the_same_cache_size_at_every_step(positions):
         sizes[name] = (seen, engine.cache.peak_tokens)
     assert len(set(map(str, sizes.values()))) == 1, sizes
     assert sizes["locret"] == ([16, 20, 20, 20, 20, 20], 36)
+
+
+def test_locret_score_pool_spreads_each_best_score_to_its_neighbours():
+    model = tiny_model("llama")
+    heads = RetainingHeads.for_model(model, hidden=8).eval()
+    q, k, v = torch.randn(1, 6, 64), torch.randn(1, 6, 32), torch.randn(1, 6, 32)
+    raw = make_policy("locret", model, heads).score(0, q, k, v, torch.arange(6))
+    pooled = make_policy("locret", model, heads, score_pool=3).score(0, q, k, v, torch.arange(6))
+    padded = F.pad(raw, (1, 1), value=float("-inf"))
+    expected = torch.stack([padded[..., i:i + 6] for i in range(3)]).amax(0)  # best of self and one either side
+    torch.testing.assert_close(pooled, expected)
+    assert pooled.shape == raw.shape == (1, 2, 6) and not torch.equal(pooled, raw)

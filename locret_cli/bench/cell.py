@@ -80,7 +80,8 @@ def run_cell(spec: CellSpec) -> dict:
     started = time.perf_counter()
     with counting(model, counter):
         for sample in samples:
-            engine = Engine(model, make_policy(spec.policy, model, session.heads), settings, stop)
+            engine = Engine(model, make_policy(spec.policy, model, session.heads, settings.score_pool), settings,
+                            stop)
             for i, (question, generation) in enumerate(ask_all(engine, sample, tokenizer)):
                 answer = tokenizer.decode(generation.token_ids, skip_special_tokens=True).strip()
                 exact.append(question.is_exact(answer))
@@ -139,7 +140,7 @@ def warm_up(session: Session, settings, stop: set[int]) -> None:
     """One short run through the same code paths (two chunks, so eviction runs too), left out of the figures."""
     model, tokenizer = session.loaded.model, session.loaded.tokenizer
     short = replace(settings, budget=16, stabilizers=4, chunk_size=16, max_new_tokens=2)
-    engine = Engine(model, make_policy(session.policy, model, session.heads), short, stop)
+    engine = Engine(model, make_policy(session.policy, model, session.heads, short.score_pool), short, stop)
     prefix = build_prompt(tokenizer, "Why?").prefix_ids
     engine.read(token_chunks(text_document("The warm-up text. " * 8), tokenizer.encode, short.chunk_size, prefix))
     engine.answer(build_prompt(tokenizer, "Why?").question_ids)

@@ -16,12 +16,12 @@ POLICY_NAMES = ("locret", "streaming", "h2o", "snapkv", "random", "knorm", "full
 __all__ = ["POLICY_NAMES", "Policy", "make_policy", "select"]
 
 
-def make_policy(name: str, model, heads: RetainingHeads | None = None) -> Policy:
-    """The policy called `name` for `model`; `locret` needs `heads`."""
+def make_policy(name: str, model, heads: RetainingHeads | None = None, score_pool: int = 1) -> Policy:
+    """The policy called `name` for `model`; `locret` needs `heads`, and pools its scores over `score_pool`."""
     if name == "locret":
         if heads is None:
             raise LocretError("the locret policy needs retaining heads: pass --heads DIR")
-        return LocretPolicy(heads)
+        return LocretPolicy(heads, score_pool)
     shape = ModelShape.from_config(model.config)
     if name == "streaming":
         return StreamingPolicy(shape.kv_heads)
