@@ -54,6 +54,17 @@ class FillerPool:
         return out
 
 
+def fragments(rng: random.Random, tokens: list[int], keep: float) -> list[int]:
+    """Runs of 1-8 tokens of `tokens`, each kept with probability `keep`, in order."""
+    out, at = [], 0
+    while at < len(tokens):
+        run = rng.randint(1, 8)
+        if rng.random() < keep:
+            out.extend(tokens[at:at + run])
+        at += run
+    return out
+
+
 @dataclass
 class Example:
     input_ids: list[int]
@@ -112,12 +123,21 @@ def qa_example(
     document_tokens: int,
     facts: list[Fact],
     questions: int,
+    fragmented: float = 0.0,
 ) -> Example:
     """A document of about `document_tokens` tokens holding `facts`, then `questions` questions about them, each
-    drawn independently (repeats allowed), so no answer follows by elimination from the questions before it."""
+    drawn independently (repeats allowed), so no answer follows by elimination from the questions before it.
+
+    With probability `fragmented` the filler is cut to scattered runs of a longer text (`fragments`), as a bounded
+    cache holds it after eviction; the statements stay whole."""
     statements = [tokenizer.encode(rng.choice([" ", "\n", "\n\n"]) + f.statement + rng.choice([" ", "\n"]))
                   for f in facts]
-    filler = pool.filler(rng, max(len(facts) + 1, document_tokens - sum(map(len, statements))))
+    room = max(len(facts) + 1, document_tokens - sum(map(len, statements)))
+    if fragmented and rng.random() < fragmented:  # no draw at 0: earlier stages' data stay as they were
+        keep = rng.uniform(0.05, 0.5)
+        filler = fragments(rng, pool.filler(rng, int(room / keep)), keep)[:room]
+    else:
+        filler = pool.filler(rng, room)
     cuts = sorted(rng.randrange(0, len(filler) + 1) for _ in statements)
     document, previous = [], 0
     for cut, statement in zip(cuts, statements):

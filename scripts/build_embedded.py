@@ -1,9 +1,11 @@
 """Build the embedded default model, from nothing, in one seeded command:
 
-    python -m scripts.build_embedded --out runs/embedded
+    python -m scripts.build_embedded --out runs/embedded [--device cuda]
+
+The same seeded recipe runs on a GPU in minutes or on a CPU in hours (docs/embedded-model.md has the costs).
 
 Steps, each skipped when its output already exists in OUT (delete it to redo); an interrupted pretraining resumes
-from its last finished stage (OUT/pretrain.pt):
+exactly from its last checkpoint (OUT/pretrain.pt):
   1. tokenizer  -> OUT/tokenizer.tiktoken   BPE trained on generated text (scripts/embedded/tokenizer.py)
   2. pretrain   -> OUT/model/               curriculum on generated QA documents (scripts/embedded/pretrain.py)
   3. heads      -> OUT/heads/               `locret train` on the model's own QA data (OUT/heads-data.jsonl)
@@ -32,8 +34,9 @@ from scripts.embedded.tokenizer import train_tokenizer
 VOCAB = 3072
 PACKAGE = Path(__file__).resolve().parent.parent / "locret_cli" / "embedded_model"
 # Recorded with the model: compact positions never pass budget + chunk + question + answer, inside the 2048 trained.
-DEFAULTS = {"budget": 1024, "chunk_size": 512, "stabilizers": 128, "max_new_tokens": 48, "trained_positions": 2048}
-HEADS = {"examples": 600, "steps": 2000, "hidden": 256, "lr": 5e-4}
+DEFAULTS = {"budget": 1024, "chunk_size": 512, "stabilizers": 128, "score_pool": 13, "max_new_tokens": 48,
+            "trained_positions": 2048}
+HEADS = {"examples": 2400, "steps": 6000, "hidden": 256, "lr": 5e-4}
 
 
 def main() -> None:
@@ -41,6 +44,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("runs/embedded"))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cpu", help='"cuda" trains the same recipe on a GPU')
     parser.add_argument("--max-minutes", type=float, default=120.0, help="pretraining time limit")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -61,7 +65,8 @@ def main() -> None:
 
     model_dir = args.out / "model"
     if not model_dir.exists():
-        model, complete = pretrain(tokenizer, args.out, PretrainConfig(seed=args.seed, max_minutes=args.max_minutes),
+        model, complete = pretrain(tokenizer, args.out, PretrainConfig(seed=args.seed, max_minutes=args.max_minutes,
+                                                                  device=args.device),
                                    log, resume=True)
         if not complete:
             log("pretraining paused at its time limit; run this command again to resume")
@@ -74,7 +79,7 @@ def main() -> None:
     if not heads_dir.exists():
         data = args.out / "heads-data.jsonl"
         write_heads_data(tokenizer, data, args.seed, HEADS["examples"], (600, 1900))
-        loaded = load_model(str(model_dir), device="cpu", dtype="auto")
+        loaded = load_model(str(model_dir), device=args.device, dtype="auto")
         config = TrainConfig(steps=HEADS["steps"], hidden=HEADS["hidden"], lr=HEADS["lr"], seed=args.seed,
                              save_every=HEADS["steps"])
         started = time.time()

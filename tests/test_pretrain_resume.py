@@ -6,11 +6,12 @@ import torch
 
 from locret_cli.tokenizer import TiktokenTokenizer
 from scripts.embedded import pretrain as pretrain_module
-from scripts.embedded.pretrain import PretrainConfig, pretrain
+from scripts.embedded.pretrain import PretrainConfig, Stage, pretrain
 
 
 def test_a_paused_and_resumed_curriculum_equals_an_uninterrupted_one(tmp_path, monkeypatch):
-    monkeypatch.setattr(pretrain_module, "STAGES", [(24, 2, 1, 2, 2.0, 0.0), (40, 2, 1, 2, 2.0, 0.5)])  # thresholds never pass
+    stages = [Stage(24, 2, 1, 2, 2.0, 0.0), Stage(40, 2, 1, 2, 2.0, 0.5, fragmented=0.5)]  # thresholds never pass
+    monkeypatch.setattr(pretrain_module, "STAGES", stages)
     monkeypatch.setattr(pretrain_module.FillerPool, "__init__", _small_pool)
     tokenizer = TiktokenTokenizer.byte_level()
     cfg = dict(hidden=32, layers=1, heads=2, kv_heads=1, intermediate=64, max_positions=256, max_steps_per_stage=3,

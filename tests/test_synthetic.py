@@ -1,4 +1,5 @@
-"""The held-out split of the generated QA data: nothing a dev question asks about appears in training facts."""
+"""The generated QA data: its held-out split (nothing a dev question asks about appears in training facts), and
+documents fragmented as an evicted cache holds them."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import re
 
 import string
 
-from locret_cli.qa_data import facts_for, word_pieces
+from locret_cli.qa_data import FillerPool, facts_for, fragments, qa_example, word_pieces
 from locret_cli.synthetic import (SPLIT_ATTRIBUTES, SPLIT_KINDS, SPLIT_WORDS, dev_words, english_words, novel_fact,
                                   passkey_fact)
 from locret_cli.tokenizer import TiktokenTokenizer
@@ -73,3 +74,25 @@ def test_reply_is_the_statements_sentence_ending_in_the_answer():
     assert key.reply == f"The pass key is {key.answer}." and key.statement == key.reply + " Remember it."
     for fact in (novel_fact(rng, "dev") for _ in range(50)):
         assert fact.reply == fact.statement
+
+
+def test_fragments_keep_whole_runs_in_order():
+    tokens = list(range(200))
+    assert fragments(random.Random(0), tokens, 1.0) == tokens and fragments(random.Random(0), tokens, 0.0) == []
+    kept = fragments(random.Random(3), tokens, 0.3)
+    assert kept == sorted(kept) and 0 < len(kept) < 120  # an ordered subset of the text, about 30% of it
+    assert any(b == a + 1 for a, b in zip(kept, kept[1:]))  # in runs, not single tokens
+
+
+def test_fragmented_documents_keep_every_statement_whole():
+    tokenizer = TiktokenTokenizer.byte_level()
+    pool = FillerPool.__new__(FillerPool)
+    pool.tokens = tokenizer.encode("Filler words about the harbour and the mill. " * 400)
+    rng = random.Random(5)
+    facts = facts_for(rng, "train", 3, 0.0)
+    whole = qa_example(random.Random(1), tokenizer, pool, 600, facts, 2)
+    cut = qa_example(random.Random(1), tokenizer, pool, 600, facts, 2, fragmented=1.0)
+    text = tokenizer.decode(cut.input_ids)
+    assert all(f.statement in text for f in facts)
+    assert "harbour and the mill" in tokenizer.decode(whole.input_ids) and text != tokenizer.decode(whole.input_ids)
+    assert abs(len(cut.input_ids) - len(whole.input_ids)) < 60

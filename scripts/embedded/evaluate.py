@@ -64,7 +64,7 @@ def evaluate(loaded, heads, lengths: list[tuple[int, str | None]], policies: lis
             for policy_name in ([only] if only else policies):
                 started = time.perf_counter()
                 policy = (label_oracle(model, tokenizer, prefix, text, facts) if policy_name == "oracle"
-                          else make_policy(policy_name, model, heads))
+                          else make_policy(policy_name, model, heads, settings.score_pool))
                 engine = Engine(model, policy, settings, stop)
                 engine.read(token_chunks(text_document(text), tokenizer.encode, settings.chunk_size, prefix))
                 for fact in facts:
@@ -113,22 +113,24 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=DEFAULTS["budget"])
     parser.add_argument("--chunk-size", type=int, default=DEFAULTS["chunk_size"])
     parser.add_argument("--stabilizers", type=int, default=DEFAULTS["stabilizers"])
+    parser.add_argument("--score-pool", type=int, default=DEFAULTS["score_pool"])
     parser.add_argument("--attributes", type=int, default=4, help="attribute facts per document (plus a pass key)")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cpu")
     parser.add_argument("--by-type", action="store_true", help="also count errors by answer type (diagnose.py)")
     parser.add_argument("--no-passkey", action="store_true",
                         help="attribute facts only: the answer must come from matching the question, not its kind")
     parser.add_argument("--answers", action="store_true", help="also list every expected answer and the model's")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    loaded = load_model(args.model, device="cpu", dtype="auto")
+    loaded = load_model(args.model, device=args.device, dtype="auto")
     heads = load_heads(args.heads, loaded.model) if args.heads else RetainingHeads.for_model(loaded.model).eval()
     settings = Settings(budget=args.budget, chunk_size=args.chunk_size, stabilizers=args.stabilizers,
-                        max_new_tokens=DEFAULTS["max_new_tokens"])
+                        score_pool=args.score_pool, max_new_tokens=DEFAULTS["max_new_tokens"])
     outcomes = evaluate(loaded, heads, parse_lengths(args.lengths), args.policies.split(","), args.documents,
                         settings, lambda m: print(m, flush=True), args.attributes, not args.no_passkey)
     print(f"\nbudget {args.budget}, chunk {args.chunk_size}, stabilizers {args.stabilizers}, "
-          f"heads {args.heads or 'random'}\n")
+          f"score pool {args.score_pool}, heads {args.heads or 'random'}\n")
     print(table(outcomes))
     if args.by_type:
         print("\n" + type_table([(o.policy, o.length, o.value_type, o.error) for o in outcomes]))

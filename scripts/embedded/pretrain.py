@@ -1,9 +1,9 @@
 """Train the embedded model from scratch on generated QA documents, short to long (see shared notes on tiny
 retrieval training: a curriculum over length with several facts per document from the start).
 
-Each stage has a document length, a fact count and a batch size. A stage ends when the teacher-forced accuracy on
-whole answers to questions asked for the first time in their document, averaged over the last 20 steps, passes its
-threshold. Each stage starts a fresh AdamW whose learning rate warms up and then stays constant, and draws its data
+Each stage (`Stage`) has a document length, a fact count and a batch size. A stage ends `settle` steps after the
+teacher-forced accuracy on whole answers to questions asked for the first time in their document, averaged over the
+last 20 steps, passes its threshold. Each stage starts a fresh AdamW whose learning rate warms up and then stays constant, and draws its data
 from its own seeded stream, so a run resumed at a stage boundary (`resume=True`, from OUT/pretrain.pt) follows
 exactly the path of an uninterrupted one. The loss is cross-entropy on answer tokens only, and the LM head runs only
 there.
@@ -24,16 +24,29 @@ from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 from locret_cli.qa_data import IGNORE, Example, FillerPool, collate, facts_for, qa_example, word_pieces
 from locret_cli.tokenizer import TIKTOKEN_FILE
 
-# (document tokens, facts, questions, batch, accuracy to pass, share of facts with invented attributes). Each
-# question picks its fact independently, repeats allowed (`qa_example`): when every fact is asked once, the last
+@dataclass(frozen=True)
+class Stage:
+    length: int  # document tokens
+    facts: int  # facts per document
+    questions: int  # questions per document
+    batch: int
+    threshold: float  # whole-answer accuracy to pass
+    invented: float  # share of facts with made-up attributes
+    settle: int = 0  # steps run on after passing
+    fragmented: float = 0.0  # share of documents whose filler is cut to scattered runs (`qa_data.fragments`)
+
+
+# Each question picks its fact independently, repeats allowed (`qa_example`): when every fact is asked once, the last
 # answers follow by elimination, a shortcut that kept the third run's model from matching questions to statements;
 # and a repeated question is an exact repeat to copy from, which teaches copying sooner (fourth run, docs). Stages
 # advance on whole-answer accuracy, which the easy tokens after a wrong first one cannot inflate. Word values are
 # always made up from the tokenizer's own pieces, made-up syllables or English words (`synthetic.invented_word`),
 # and from 192 tokens on part of the attributes and kinds are too: with short lists to draw from, the model learns
-# the lists and recalls instead of copying.
-STAGES = [(48, 2, 4, 64, 0.9, 0.0), (192, 6, 6, 32, 0.9, 0.35), (768, 10, 10, 8, 0.92, 0.5),
-          (1980, 16, 16, 4, 0.95, 0.5)]
+# the lists and recalls instead of copying. The last stage teaches the model to read a document as locret's cache
+# holds it, statements whole among scattered runs of filler (docs/embedded-model.md, seventh run).
+STAGES = [Stage(48, 2, 4, 64, 0.9, 0.0), Stage(192, 6, 6, 32, 0.9, 0.35), Stage(768, 10, 10, 8, 0.92, 0.5),
+          Stage(1980, 16, 16, 4, 0.95, 0.5, settle=300),
+          Stage(1980, 16, 16, 4, 0.95, 0.5, settle=2000, fragmented=0.5)]
 
 
 @dataclass
@@ -49,9 +62,9 @@ class PretrainConfig:
     warmup: int = 50
     window: int = 20
     max_steps_per_stage: int = 6000  # cheap short stages may run long: the retrieval circuit forms there
-    final_steps: int = 300  # steps the last stage runs on after passing, to settle
     checkpoint_every: int = 100
     max_minutes: float = 90.0
+    device: str = "cpu"  # the same recipe runs on "cuda", in minutes instead of hours (docs/embedded-model.md)
 
 
 def model_config(tokenizer, cfg: PretrainConfig) -> LlamaConfig:
@@ -93,20 +106,21 @@ def pretrain(tokenizer, out: Path, cfg: PretrainConfig, log, resume: bool = Fals
     with `resume`, continue exactly from that checkpoint (model, optimizer, data stream, progress). Returns the
     model and whether the whole curriculum is done."""
     torch.manual_seed(cfg.seed)
-    model = LlamaForCausalLM(model_config(tokenizer, cfg))
+    device = torch.device(cfg.device)
+    model = LlamaForCausalLM(model_config(tokenizer, cfg)).to(device)
     model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id)
     pool = FillerPool(tokenizer, "train", cfg.seed)
     pieces = word_pieces(tokenizer)
     started, total_steps, saved = time.time(), 0, None
     if resume and (out / "pretrain.pt").exists():
-        saved = torch.load(out / "pretrain.pt", weights_only=True)
+        saved = torch.load(out / "pretrain.pt", map_location=device, weights_only=True)
         model.load_state_dict(saved["model"])
         total_steps = saved["steps"]
         log(f"resumed at stage {saved['stage']} step {saved['step']} (finished: {saved['finished']}), "
             f"{total_steps} steps in all")
     log(f"model: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters; pool {len(pool.tokens):,} "
         f"tokens; config {json.dumps(asdict(cfg))}")
-    for stage, (length, facts, questions, batch, threshold, invented) in enumerate(STAGES):
+    for stage, spec in enumerate(STAGES):
         if saved is not None and (stage < saved["stage"] or (stage == saved["stage"] and saved["finished"])):
             continue
         rng = random.Random(cfg.seed + 1000 * stage)
@@ -120,12 +134,13 @@ def pretrain(tokenizer, out: Path, cfg: PretrainConfig, log, resume: bool = Fals
         for step in range(first_step, cfg.max_steps_per_stage):
             for group in optimizer.param_groups:
                 group["lr"] = cfg.lr * min(1.0, (step + 1) / cfg.warmup)
-            examples = [qa_example(rng, tokenizer, pool, length, facts_for(rng, "train", facts, 0.3, invented, pieces),
-                                    questions)
-                        for _ in range(batch)]
-            ids, labels = collate(examples)
-            with torch.autocast("cpu", dtype=torch.bfloat16):
-                loss, accuracy = answer_loss(model, ids, labels, first_asks(examples))
+            examples = [qa_example(rng, tokenizer, pool, spec.length,
+                                   facts_for(rng, "train", spec.facts, 0.3, spec.invented, pieces),
+                                   spec.questions, spec.fragmented)
+                        for _ in range(spec.batch)]
+            ids, labels = (tensor.to(device) for tensor in collate(examples))
+            with torch.autocast(device.type, dtype=torch.bfloat16):
+                loss, accuracy = answer_loss(model, ids, labels, first_asks(examples).to(device))
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
@@ -134,13 +149,12 @@ def pretrain(tokenizer, out: Path, cfg: PretrainConfig, log, resume: bool = Fals
             recent = (recent + [accuracy])[-cfg.window:]
             mean = sum(recent) / len(recent)
             if step % 10 == 0:
-                log(f"stage {stage} len {length} step {step} loss {loss.item():.3f} acc {mean:.3f} "
+                log(f"stage {stage} len {spec.length} step {step} loss {loss.item():.3f} acc {mean:.3f} "
                     f"({ids.numel():,} tokens/batch) elapsed {(time.time() - started) / 60:.1f} min")
-            if passed_at is None and len(recent) == cfg.window and mean >= threshold:
+            if passed_at is None and len(recent) == cfg.window and mean >= spec.threshold:
                 passed_at = step
                 log(f"stage {stage} passed at step {step} (acc {mean:.3f})")
-            last = stage == len(STAGES) - 1
-            finished = passed_at is not None and (not last or step - passed_at >= cfg.final_steps)
+            finished = passed_at is not None and step - passed_at >= spec.settle
             finished = finished or step == cfg.max_steps_per_stage - 1
             out_of_time = (time.time() - started) / 60 > cfg.max_minutes
             if finished or out_of_time or step % cfg.checkpoint_every == 0:
@@ -161,10 +175,10 @@ def pretrain(tokenizer, out: Path, cfg: PretrainConfig, log, resume: bool = Fals
 def export_checkpoint(tokenizer, out: Path, cfg: PretrainConfig, directory: Path) -> int:
     """Write the model in OUT/pretrain.pt as a loadable model directory; returns the document length of the stage
     it was at."""
-    state = torch.load(out / "pretrain.pt", weights_only=True)
+    state = torch.load(out / "pretrain.pt", map_location="cpu", weights_only=True)
     model = LlamaForCausalLM(model_config(tokenizer, cfg))
     model.load_state_dict(state["model"])
     model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id)
     model.to(torch.bfloat16).save_pretrained(directory)
     tokenizer.save(directory / TIKTOKEN_FILE)
-    return STAGES[state["stage"]][0]
+    return STAGES[state["stage"]].length
