@@ -18,7 +18,7 @@ from reportlab.platypus import Paragraph, SimpleDocTemplate
 from locret_cli.synthetic import Fact, distinct_facts, document, passkey_fact
 
 SEED = 2026
-PARAGRAPHS = 1000
+PARAGRAPHS = 1300
 OUT = Path(__file__).resolve().parent.parent / "samples"
 
 
