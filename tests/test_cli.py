@@ -42,10 +42,10 @@ def test_json_document_has_every_key_and_nothing_else_on_stdout(doc):
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert set(data) >= {"answer", "document", "budget", "chunk_size", "policy", "kv_cache", "memory", "speed"}
-    assert data["document"] == {"tokens": len(load_embedded("cpu")[0].tokenizer.encode(DOCUMENT)), "pages": None}
-    recorded = load_embedded("cpu")[0].defaults
+    embedded, _ = load_embedded("cpu")
+    assert data["document"] == {"tokens": len(embedded.tokenizer.encode(DOCUMENT)), "pages": None}
     assert (data["budget"], data["chunk_size"], data["policy"]) == (1024, 512, "locret")
-    assert data["score_pool"] == recorded.get("score_pool", 1)
+    assert data["score_pool"] == embedded.defaults.get("score_pool", 1)
     assert set(data["kv_cache"]) == {"kept_tokens", "peak_tokens", "peak_bytes", "full_cache_bytes"}
     assert data["kv_cache"]["kept_tokens"] == 1024
     assert data["kv_cache"]["peak_tokens"] == 1024 + 512

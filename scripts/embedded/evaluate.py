@@ -116,7 +116,7 @@ def main() -> None:
     parser.add_argument("--score-pool", type=int, default=DEFAULTS["score_pool"])
     parser.add_argument("--attributes", type=int, default=4, help="attribute facts per document (plus a pass key)")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--by-type", action="store_true", help="also count errors by answer type (diagnose.py)")
     parser.add_argument("--no-passkey", action="store_true",
                         help="attribute facts only: the answer must come from matching the question, not its kind")
