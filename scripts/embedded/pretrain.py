@@ -4,9 +4,9 @@ retrieval training: a curriculum over length with several facts per document fro
 Each stage (`Stage`) has a document length, a fact count and a batch size. A stage ends `settle` steps after the
 teacher-forced accuracy on whole answers to questions asked for the first time in their document, averaged over the
 last 20 steps, passes its threshold. Each stage starts a fresh AdamW whose learning rate warms up and then stays
-constant, and draws its data from its own seeded stream, so a run resumed at a stage boundary (`resume=True`, from OUT/pretrain.pt) follows
-exactly the path of an uninterrupted one. The loss is cross-entropy on answer tokens only, and the LM head runs only
-there.
+constant, and draws its data from its own seeded stream, so a run resumed at a stage boundary (`resume=True`, from
+OUT/pretrain.pt) follows exactly the path of an uninterrupted one. The loss is cross-entropy on answer tokens only,
+and the LM head runs only there.
 """
 
 from __future__ import annotations
