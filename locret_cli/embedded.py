@@ -1,42 +1,29 @@
-"""The model `locret ask` uses when no --model is given.
+"""The model `locret ask` uses when no --model is given, shipped inside the package.
 
-Until the project's trained embedded model lands, this is a placeholder built deterministically from a seed: a tiny
-Llama with random weights, a byte-level tiktoken tokenizer and random retaining heads. It exercises the whole
-pipeline offline (streaming, scoring, eviction, decoding, reporting), but its answers are noise.
+A 3.7M-parameter Llama trained from scratch on generated documents by `python -m scripts.build_embedded`, its
+tiktoken BPE tokenizer, its retaining heads (trained with `locret train`) and the engine settings recorded with it
+(`locret.json`). It is a demonstration that the method works: it finds facts stated in a long document under a tight
+budget. It knows nothing else; real questions about real books need a real model through --model.
 """
 
 from __future__ import annotations
 
-import torch
-from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+import json
+from pathlib import Path
 
-from locret_cli.heads import RetainingHeads
-from locret_cli.loading import LoadedModel, resolve_device, resolve_dtype
-from locret_cli.tokenizer import TiktokenTokenizer
+from locret_cli.errors import LocretError
+from locret_cli.heads import RetainingHeads, load_heads
+from locret_cli.loading import LoadedModel, load_model
 
-NAME = "embedded placeholder (random weights: answers are noise)"
-SEED = 0
-DEFAULTS = {"budget": 1024, "chunk_size": 512, "stabilizers": 256, "max_new_tokens": 24}
+EMBEDDED_DIR = Path(__file__).resolve().parent / "embedded_model"
+NAME = "embedded demo model (3.7M, trained on synthetic documents)"
 
 
 def load_embedded(device: str = "auto", dtype: str = "auto") -> tuple[LoadedModel, RetainingHeads]:
-    """The placeholder model, tokenizer and heads, identical on every machine for a given dtype."""
-    tokenizer = TiktokenTokenizer.byte_level()
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=172,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=2048,
-        tie_word_embeddings=True,
-        eos_token_id=tokenizer.eos_token_id,
-    )
-    torch.manual_seed(SEED)
-    model = LlamaForCausalLM(config)
-    model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id)
-    torch_device = resolve_device(device)
-    model = model.to(device=torch_device, dtype=resolve_dtype(dtype, torch_device)).eval()
-    heads = RetainingHeads.for_model(model, hidden=64).eval()
-    return LoadedModel(model, tokenizer, NAME, dict(DEFAULTS)), heads
+    """The embedded model, tokenizer, heads and recorded defaults, from package data; nothing is downloaded."""
+    if not (EMBEDDED_DIR / "model.safetensors").is_file():
+        raise LocretError(f"the embedded model is missing from {EMBEDDED_DIR}; reinstall locret-cli")
+    loaded = load_model(str(EMBEDDED_DIR), device=device, dtype=dtype)
+    loaded.name = NAME
+    loaded.defaults = json.loads((EMBEDDED_DIR / "locret.json").read_text())
+    return loaded, load_heads(EMBEDDED_DIR / "heads", loaded.model)

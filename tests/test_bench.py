@@ -139,7 +139,7 @@ def test_arch_accuracy_is_null_and_the_table_says_why(tmp_path):
 
 def test_data_task_reports_exact_and_contains(tmp_path):
     data = tmp_path / "data.jsonl"
-    data.write_text(json.dumps({"context": "Some words. " * 30, "question": "What?", "answer": "x"}) + "\n")
+    data.write_text(json.dumps({"context": "Some words. " * 100, "question": "What?", "answer": "x"}) + "\n")
     result = bench("--data", data, "--policies", "streaming", *SMALL, "--json")
     assert result.exit_code == 0, result.output
     (row,) = json.loads(result.stdout)["rows"]

@@ -1,4 +1,4 @@
-"""Model loading choices: dtype resolution, local directories with a tiktoken tokenizer, and the embedded model."""
+"""Model loading choices: dtype resolution and local directories with a tiktoken tokenizer."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import torch
 
 from conftest import tiny_model
 from locret_cli import loading
-from locret_cli.embedded import load_embedded
 from locret_cli.loading import load_model, resolve_dtype
 from locret_cli.synthetic import distinct_facts, document, passkey_fact
 from locret_cli.tokenizer import TIKTOKEN_FILE, TiktokenTokenizer
@@ -28,15 +27,6 @@ def test_local_directory_with_a_tiktoken_tokenizer(tmp_path):
     loaded = load_model(str(tmp_path), device="cpu", dtype="fp32")
     assert isinstance(loaded.tokenizer, TiktokenTokenizer)
     assert loaded.model.config.model_type == "qwen2" and loaded.model.dtype == torch.float32
-
-
-def test_embedded_model_is_the_same_everywhere_and_offline():
-    (first, heads_a), (second, heads_b) = load_embedded("cpu", "fp32"), load_embedded("cpu", "fp32")
-    for a, b in zip(first.model.parameters(), second.model.parameters()):
-        assert torch.equal(a, b)
-    for a, b in zip(heads_a.parameters(), heads_b.parameters()):
-        assert torch.equal(a, b)
-    assert first.defaults["budget"] == 1024
 
 
 def test_synthetic_documents_are_seeded_and_hold_their_facts():

@@ -8,7 +8,9 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from locret_cli.qa_data import IGNORE, Example
 from locret_cli.synthetic import Fact
+from locret_cli.tokenizer import TiktokenTokenizer
 from scripts.embedded.pretrain import answer_loss, first_asks
+from scripts.embedded.validation import validation_set
 
 
 def test_an_answer_counts_only_when_every_token_is_right():
@@ -41,3 +43,21 @@ def test_only_the_first_ask_of_a_fact_counts():
     a, b = (Fact(f"The code of {x} is 1.", f"What is the code of {x}?", "1", "attribute") for x in "AB")
     examples = [Example([], [], [a, b], [a, a, b, a]), Example([], [], [a, b], [b, a])]
     assert first_asks(examples).tolist() == [True, False, True, False, True, True]
+
+
+def test_validation_rows_ask_one_question_each_after_the_same_document():
+    tokenizer = TiktokenTokenizer.byte_level()
+    (ids, labels), = validation_set(tokenizer, 1, 300)
+    assert ids.shape[0] == 5  # a pass key and four attributes
+    starts = []
+    for row in range(5):
+        answer = labels[row][labels[row] != IGNORE].tolist()
+        assert answer[-1] == tokenizer.eos_token_id
+        start = int((labels[row] != IGNORE).nonzero().min())
+        context = tokenizer.decode(ids[row, :start].tolist())
+        question = context.rsplit("Question: What is the ", 1)[1].split("?")[0]
+        assert tokenizer.decode(answer[:-1]).startswith(f" The {question} is ")
+        assert context.count(tokenizer.decode(answer[:-1]).strip()) == 1  # the statement, once, in the document
+        starts.append(start)
+    document_end = min(starts) - 40
+    assert all(torch.equal(ids[0, :document_end], ids[row, :document_end]) for row in range(5))

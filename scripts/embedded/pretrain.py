@@ -6,7 +6,9 @@ teacher-forced accuracy on whole answers to questions asked for the first time i
 last 20 steps, passes its threshold. Each stage starts a fresh AdamW whose learning rate warms up and then stays
 constant, and draws its data from its own seeded stream, so a run resumed at a stage boundary (`resume=True`, from
 OUT/pretrain.pt) follows exactly the path of an uninterrupted one. The loss is cross-entropy on answer tokens only,
-and the LM head runs only there.
+and the LM head runs only there. A stage with `average_last` ends on an exponential moving average of its weights
+over its last steps. A `keep_best` stage scores the validation split (`validation.py`) every `validate_every` steps
+and at its end, keeps the best weights in OUT/best.pt, and the run ends on them.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
 from locret_cli.qa_data import IGNORE, Example, FillerPool, collate, facts_for, qa_example, word_pieces
 from locret_cli.tokenizer import TIKTOKEN_FILE
+from scripts.embedded.validation import validation_set
 
 @dataclass(frozen=True)
 class Stage:
@@ -34,6 +37,8 @@ class Stage:
     invented: float  # share of facts with made-up attributes
     settle: int = 0  # steps run on after passing
     fragmented: float = 0.0  # share of documents whose filler is cut to scattered runs (`qa_data.fragments`)
+    keep_best: bool = False  # validate every `validate_every` steps and end on the best weights (`validation`)
+    average_last: int = 0  # end on a moving average of the weights (`average_decay`) over this many last steps
 
 
 # Each question picks its fact independently, repeats allowed (`qa_example`): when every fact is asked once, the last
@@ -46,7 +51,8 @@ class Stage:
 # holds it, statements whole among scattered runs of filler (docs/embedded-model.md, seventh run).
 STAGES = [Stage(48, 2, 4, 64, 0.9, 0.0), Stage(192, 6, 6, 32, 0.9, 0.35), Stage(768, 10, 10, 8, 0.92, 0.5),
           Stage(1980, 16, 16, 4, 0.95, 0.5, settle=300),
-          Stage(1980, 16, 16, 4, 0.95, 0.5, settle=2000, fragmented=0.5)]
+          Stage(1980, 16, 16, 4, 0.95, 0.5, settle=2075, fragmented=0.5, keep_best=True,
+                average_last=75)]
 
 
 @dataclass
@@ -63,6 +69,9 @@ class PretrainConfig:
     window: int = 20
     max_steps_per_stage: int = 6000  # cheap short stages may run long: the retrieval circuit forms there
     checkpoint_every: int = 100
+    validate_every: int = 100
+    validation_documents: int = 60
+    average_decay: float = 0.97
     max_minutes: float = 90.0
     device: str = "cpu"  # the same recipe runs on "cuda", in minutes instead of hours (docs/embedded-model.md)
 
@@ -94,6 +103,20 @@ def answer_loss(model, ids: torch.Tensor, labels: torch.Tensor, counted: torch.T
     return loss, (wrong[counted] == 0).float().mean().item()
 
 
+@torch.no_grad()
+def validation_accuracy(model, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> float:
+    """Share of the validation questions (`validation.validation_set`) answered exactly."""
+    device = next(model.parameters()).device
+    right = total = 0
+    for ids, labels in batches:
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            _, accuracy = answer_loss(model, ids.to(device), labels.to(device),
+                                      torch.ones(len(ids), dtype=torch.bool, device=device))
+        right += accuracy * len(ids)
+        total += len(ids)
+    return right / total
+
+
 def first_asks(examples: list[Example]) -> torch.Tensor:
     """(answers,) bool, row-major: whether each answer is its fact's first in the example. Only those count towards
     a stage's accuracy; a repeated question is answered by copying the earlier answer, which is easier."""
@@ -111,11 +134,13 @@ def pretrain(tokenizer, out: Path, cfg: PretrainConfig, log, resume: bool = Fals
     model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id)
     pool = FillerPool(tokenizer, "train", cfg.seed)
     pieces = word_pieces(tokenizer)
-    started, total_steps, saved = time.time(), 0, None
+    started, total_steps, saved, batches, best = time.time(), 0, None, None, None
     if resume and (out / "pretrain.pt").exists():
         saved = torch.load(out / "pretrain.pt", map_location=device, weights_only=True)
         model.load_state_dict(saved["model"])
         total_steps = saved["steps"]
+        if (out / "best.pt").exists():
+            best = torch.load(out / "best.pt", map_location=device, weights_only=True)
         log(f"resumed at stage {saved['stage']} step {saved['step']} (finished: {saved['finished']}), "
             f"{total_steps} steps in all")
     log(f"model: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters; pool {len(pool.tokens):,} "
@@ -125,11 +150,12 @@ def pretrain(tokenizer, out: Path, cfg: PretrainConfig, log, resume: bool = Fals
             continue
         rng = random.Random(cfg.seed + 1000 * stage)
         optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.01)
-        recent, passed_at, first_step = [], None, 0
+        recent, passed_at, first_step, average = [], None, 0, None
         if saved is not None and stage == saved["stage"]:
             rng.setstate((saved["rng"][0], tuple(saved["rng"][1]), saved["rng"][2]))
             optimizer.load_state_dict(saved["optimizer"])
             recent, passed_at, first_step = list(saved["recent"]), saved["passed_at"], saved["step"] + 1
+            average = saved.get("average")
         out_of_time = False
         for step in range(first_step, cfg.max_steps_per_stage):
             for group in optimizer.param_groups:
@@ -154,19 +180,36 @@ def pretrain(tokenizer, out: Path, cfg: PretrainConfig, log, resume: bool = Fals
             if passed_at is None and len(recent) == cfg.window and mean >= spec.threshold:
                 passed_at = step
                 log(f"stage {stage} passed at step {step} (acc {mean:.3f})")
+            if spec.average_last and passed_at is not None and step - passed_at >= spec.settle - spec.average_last:
+                weights = model.state_dict()
+                average = ({name: tensor.detach().clone() for name, tensor in weights.items()} if average is None
+                           else {name: tensor.mul_(cfg.average_decay).add_(weights[name], alpha=1 - cfg.average_decay)
+                                 for name, tensor in average.items()})
             finished = passed_at is not None and step - passed_at >= spec.settle
             finished = finished or step == cfg.max_steps_per_stage - 1
+            if finished and average is not None:
+                model.load_state_dict(average)
             out_of_time = (time.time() - started) / 60 > cfg.max_minutes
+            if spec.keep_best and (step % cfg.validate_every == 0 or finished or out_of_time):
+                batches = batches or validation_set(tokenizer, cfg.validation_documents)
+                score = validation_accuracy(model, batches)
+                log(f"stage {stage} step {step} validation {score:.1%}")
+                if best is None or score > best["accuracy"]:
+                    best = {"model": model.state_dict(), "stage": stage, "step": step, "accuracy": score}
+                    torch.save(best, out / "best.pt")
             if finished or out_of_time or step % cfg.checkpoint_every == 0:
                 torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "stage": stage,
                             "step": step, "finished": finished, "steps": total_steps, "rng": rng.getstate(),
-                            "recent": recent, "passed_at": passed_at}, out / "pretrain.pt")
+                            "recent": recent, "passed_at": passed_at, "average": average}, out / "pretrain.pt")
             if finished or out_of_time:
                 break
         if out_of_time:
             log("time limit reached; rerun to resume")
             break
     complete = not out_of_time
+    if complete and best is not None:
+        model.load_state_dict(torch.load(out / "best.pt", map_location=device, weights_only=True)["model"])
+        log(f"kept the best validated weights: stage {best['stage']} step {best['step']}, {best['accuracy']:.1%}")
     log(f"pretraining {'done' if complete else 'paused'}: {total_steps} steps, "
         f"{(time.time() - started) / 60:.1f} min this run")
     return model.eval(), complete

@@ -1,0 +1,47 @@
+"""The pretraining's own validation split: documents made exactly as the dev set's (`evaluate.py`: held-out
+vocabulary and reference text, one pass key and four attribute facts), from a seed range of their own, so that
+choosing the best checkpoint on them leaves the dev figures unbiased.
+
+Accuracy is teacher-forced: an answer counts when every one of its tokens, the end token included, is the model's
+top choice after the tokens before it. That is exactly when greedy decoding writes it, so the figure is the exact
+match `evaluate.py` reports with a full cache (which may cut the document into tokens a little differently, chunk
+by chunk), at the cost of one forward pass per question.
+"""
+
+from __future__ import annotations
+
+import random
+
+import torch
+
+from locret_cli.prompt import build_prompt
+from locret_cli.qa_data import IGNORE, answer_text, document_text
+from locret_cli.synthetic import novel_fact, passkey_fact
+
+# Documents 50,000 + d; the dev set's are 10,000 + 97 * length + d (evaluate.DEV_SEED), 204,000 and up at its lengths.
+VALIDATION_SEED = 50_000
+
+
+def validation_set(tokenizer, documents: int, length: int = 2000) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """One batch per document: (input_ids, labels), both (questions, T) int64, a row per question asked on its own
+    after the whole document, labels IGNORE except on the answer and its end token."""
+    batches = []
+    for d in range(documents):
+        rng = random.Random(VALIDATION_SEED + d)
+        facts = [passkey_fact(rng)] + [novel_fact(rng, "dev") for _ in range(4)]
+        facts = list({f.question: f for f in facts}.values())
+        text = document_text(tokenizer, rng, length, facts, "dev")
+        rows = []
+        for fact in facts:
+            prompt = build_prompt(tokenizer, fact.question)
+            context = prompt.prefix_ids + tokenizer.encode(text) + prompt.question_ids
+            answer = tokenizer.encode(answer_text(fact)) + [tokenizer.eos_token_id]
+            rows.append((context + answer, [IGNORE] * len(context) + answer))
+        longest = max(len(ids) for ids, _ in rows)
+        ids = torch.zeros(len(rows), longest, dtype=torch.long)
+        labels = torch.full((len(rows), longest), IGNORE, dtype=torch.long)
+        for r, (row_ids, row_labels) in enumerate(rows):
+            ids[r, :len(row_ids)] = torch.tensor(row_ids)
+            labels[r, :len(row_labels)] = torch.tensor(row_labels)
+        batches.append((ids, labels))
+    return batches
