@@ -195,8 +195,8 @@ def pretrain(tokenizer, out: Path, cfg: PretrainConfig, log, resume: bool = Fals
                 score = validation_accuracy(model, batches)
                 log(f"stage {stage} step {step} validation {score:.1%}")
                 if best is None or score > best["accuracy"]:
-                    best = {"model": model.state_dict(), "stage": stage, "step": step, "accuracy": score}
-                    torch.save(best, out / "best.pt")
+                    best = {"stage": stage, "step": step, "accuracy": score}
+                    torch.save({"model": model.state_dict(), **best}, out / "best.pt")
             if finished or out_of_time or step % cfg.checkpoint_every == 0:
                 torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "stage": stage,
                             "step": step, "finished": finished, "steps": total_steps, "rng": rng.getstate(),

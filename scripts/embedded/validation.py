@@ -15,7 +15,7 @@ import random
 import torch
 
 from locret_cli.prompt import build_prompt
-from locret_cli.qa_data import IGNORE, answer_text, document_text
+from locret_cli.qa_data import IGNORE, Example, answer_text, collate, document_text
 from locret_cli.synthetic import novel_fact, passkey_fact
 
 # Documents 50,000 + d; the dev set's are 10,000 + 97 * length + d (evaluate.DEV_SEED), 204,000 and up at its lengths.
@@ -36,12 +36,6 @@ def validation_set(tokenizer, documents: int, length: int = 2000) -> list[tuple[
             prompt = build_prompt(tokenizer, fact.question)
             context = prompt.prefix_ids + tokenizer.encode(text) + prompt.question_ids
             answer = tokenizer.encode(answer_text(fact)) + [tokenizer.eos_token_id]
-            rows.append((context + answer, [IGNORE] * len(context) + answer))
-        longest = max(len(ids) for ids, _ in rows)
-        ids = torch.zeros(len(rows), longest, dtype=torch.long)
-        labels = torch.full((len(rows), longest), IGNORE, dtype=torch.long)
-        for r, (row_ids, row_labels) in enumerate(rows):
-            ids[r, :len(row_ids)] = torch.tensor(row_ids)
-            labels[r, :len(row_labels)] = torch.tensor(row_labels)
-        batches.append((ids, labels))
+            rows.append(Example(context + answer, [IGNORE] * len(context) + answer, facts, [fact]))
+        batches.append(collate(rows))
     return batches
