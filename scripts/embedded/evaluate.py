@@ -28,10 +28,9 @@ from locret_cli.heads import RetainingHeads, load_heads
 from locret_cli.loading import load_model
 from locret_cli.policies import make_policy
 from locret_cli.prompt import build_prompt, stop_token_ids
-from locret_cli.qa_data import document_text
-from locret_cli.synthetic import novel_fact, passkey_fact
 from scripts.build_embedded import DEFAULTS
 from scripts.embedded.diagnose import error_kind, label_oracle, type_table, value_type
+from scripts.embedded.validation import dev_document
 
 DEV_SEED = 10_000
 
@@ -55,11 +54,8 @@ def evaluate(loaded, heads, lengths: list[tuple[int, str | None]], policies: lis
     outcomes = []
     for length, only in lengths:
         for d in range(documents):
-            rng = random.Random(DEV_SEED + 97 * length + d)
-            key = passkey_fact(rng)  # drawn either way, so the attribute facts are the same with or without it
-            facts = ([key] if passkey else []) + [novel_fact(rng, "dev") for _ in range(attributes)]
-            facts = list({f.question: f for f in facts}.values())
-            text = document_text(tokenizer, rng, length, facts, "dev")
+            facts, text = dev_document(tokenizer, random.Random(DEV_SEED + 97 * length + d), length, attributes,
+                                       passkey)
             prefix = build_prompt(tokenizer, facts[0].question).prefix_ids
             for policy_name in ([only] if only else policies):
                 started = time.perf_counter()

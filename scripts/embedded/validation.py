@@ -16,10 +16,20 @@ import torch
 
 from locret_cli.prompt import build_prompt
 from locret_cli.qa_data import IGNORE, Example, answer_text, collate, document_text
-from locret_cli.synthetic import novel_fact, passkey_fact
+from locret_cli.synthetic import Fact, novel_fact, passkey_fact
 
 # Documents 50,000 + d; the dev set's are 10,000 + 97 * length + d (evaluate.DEV_SEED), 204,000 and up at its lengths.
 VALIDATION_SEED = 50_000
+
+
+def dev_document(tokenizer, rng: random.Random, length: int, attributes: int = 4,
+                 passkey: bool = True) -> tuple[list[Fact], str]:
+    """A dev-style document of about `length` tokens: held-out vocabulary and reference text, a pass key (unless
+    `passkey` is off) and `attributes` attribute facts at random depths. Returns (facts, text)."""
+    key = passkey_fact(rng)  # drawn either way, so the attribute facts are the same with or without it
+    facts = ([key] if passkey else []) + [novel_fact(rng, "dev") for _ in range(attributes)]
+    facts = list({f.question: f for f in facts}.values())
+    return facts, document_text(tokenizer, rng, length, facts, "dev")
 
 
 def validation_set(tokenizer, documents: int, length: int = 2000) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -27,10 +37,7 @@ def validation_set(tokenizer, documents: int, length: int = 2000) -> list[tuple[
     after the whole document, labels IGNORE except on the answer and its end token."""
     batches = []
     for d in range(documents):
-        rng = random.Random(VALIDATION_SEED + d)
-        facts = [passkey_fact(rng)] + [novel_fact(rng, "dev") for _ in range(4)]
-        facts = list({f.question: f for f in facts}.values())
-        text = document_text(tokenizer, rng, length, facts, "dev")
+        facts, text = dev_document(tokenizer, random.Random(VALIDATION_SEED + d), length)
         rows = []
         for fact in facts:
             prompt = build_prompt(tokenizer, fact.question)
