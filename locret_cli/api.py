@@ -18,9 +18,10 @@ from locret_cli.engine import Engine, Progress, Settings
 from locret_cli.errors import LocretError
 from locret_cli.heads import RetainingHeads, load_heads
 from locret_cli.loading import LoadedModel, load_model
-from locret_cli.measure import full_cache_bytes, peak_memory, reset_peak
-from locret_cli.policies import make_policy
+from locret_cli.measure import check_fits, full_cache_bytes, peak_memory, plan_memory, reset_peak
+from locret_cli.policies import Policy, make_policy
 from locret_cli.prompt import build_prompt, stop_token_ids
+from locret_cli.tokenizer import encode_text
 
 
 @dataclass
@@ -99,21 +100,26 @@ class Session:
         on_progress: Callable[[Progress], None] | None = None,
         encoding: str | None = None,
         stdin: BinaryIO | None = None,
+        force: bool = False,
     ) -> AskResult:
-        """Answer `question` from `source`: an opened Document, a path, or `-` for stdin."""
+        """Answer `question` from `source`: an opened Document, a path, or `-` for stdin.
+
+        Refuses (LocretError) a run estimated not to fit in free memory, unless `force`."""
         started = time.perf_counter()
         if not question.strip():
             raise LocretError("the question is empty")
         warnings: list[str] = []
-        settings = settings or self.settings(warnings.append)
+        settings = settings.checked(warnings.append) if settings else self.settings(warnings.append)
         document = source if isinstance(source, Document) else open_document(source, encoding=encoding, stdin=stdin)
         model, tokenizer = self.loaded.model, self.loaded.tokenizer
         prompt = build_prompt(tokenizer, question)
         policy = make_policy(self.policy, model, self.heads, settings.score_pool)
-        engine = Engine(model, policy, settings, stop_token_ids(model, tokenizer))
+        if not force:
+            self.check_memory(policy, settings, document, len(prompt.question_ids))
+        engine = Engine(model, policy, settings, stop_token_ids(model, tokenizer), pinned=len(prompt.prefix_ids))
         reset_peak(model.device)
-        chunks = token_chunks(document, lambda text: tokenizer.encode(text, add_special_tokens=False),
-                              settings.chunk_size, prompt.prefix_ids)
+        chunks = token_chunks(document, lambda text: encode_text(tokenizer, text), settings.chunk_size,
+                              prompt.prefix_ids)
         generation = engine.run(chunks, prompt.question_ids, on_progress)
         memory, memory_device = peak_memory(model.device)
         warnings.extend(document.warnings)
@@ -137,6 +143,24 @@ class Session:
             total_s=time.perf_counter() - started,
             warnings=warnings,
         )
+
+    def check_memory(self, policy: Policy, settings: Settings, document: Document, question_tokens: int) -> None:
+        """Refuse a run estimated not to fit in free memory, naming the setting to lower. A full cache grows with
+        the document, so it is estimated only for text files of known size (about 4 bytes per token)."""
+        after = question_tokens + settings.max_new_tokens
+        if policy.evicts:
+            entries = settings.budget + settings.chunk_size + after
+        elif document.kind == "text" and document.total_units:
+            entries = document.total_units // 4 + after
+        else:
+            return
+        hidden = self.heads.hidden if policy.name == "locret" and self.heads is not None else 0
+        plan = plan_memory(self.loaded.model, entries, settings.chunk_size, hidden)
+        if not policy.evicts:
+            setting = "the document's length (or use a policy that evicts, such as --policy locret)"
+        else:
+            setting = "--budget" if plan.cache_bytes >= plan.activation_bytes else "--chunk-size"
+        check_fits(plan, setting)
 
 
 def load_session(

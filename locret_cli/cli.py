@@ -74,6 +74,7 @@ def ask(
     load_4bit: Annotated[bool, typer.Option("--load-4bit", help="Load weights in 4-bit nf4 (bitsandbytes).")] = False,
     trust_remote_code: Annotated[bool, typer.Option("--trust-remote-code", help="Run the model repo's own code. Off unless asked.")] = False,
     encoding: Annotated[Optional[str], typer.Option(help="Text encoding of the input. Default: UTF-8, or as its BOM says.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Run even when the estimated memory need exceeds what is free.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout and nothing else.")] = False,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Print only the answer.")] = False,
 ) -> None:
@@ -101,7 +102,7 @@ def ask(
         score_pool=score_pool, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed,
     )
     with DocumentProgress(err, document.unit, document.total_units, enabled=not quiet) as progress:
-        result = session.ask(document, question, settings, on_progress=progress.update)
+        result = session.ask(document, question, settings, on_progress=progress.update, force=force)
     for message in result.warnings:
         warn(message)
     if as_json:

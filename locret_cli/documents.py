@@ -2,12 +2,18 @@
 
 Nothing here holds a whole book at once. Text is decoded incrementally and cut at whitespace into blocks of about
 64K characters; each block (or PDF page) is tokenized on its own and the ids are handed out in chunks of the engine's
-size, each tagged with the pages it came from.
+size, each tagged with the pages it came from. A PDF is memory-mapped rather than read into memory, and the objects
+pypdf parses for a page are dropped once its text is out, so memory does not grow with the book's content (the page
+tree, about 5 KB a page, is held while reading).
+
+Documents are untrusted: whatever a malformed file makes the PDF parser raise becomes one LocretError, and a text
+file full of NUL bytes is refused as binary rather than read.
 """
 
 from __future__ import annotations
 
 import codecs
+import mmap
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -18,6 +24,8 @@ from locret_cli.errors import LocretError
 
 TEXT_BLOCK_CHARS = 65536
 READ_BYTES = 1 << 20
+BINARY_NUL_SHARE = 0.01  # a block of a byte-oriented encoding with more NUL bytes than this is not text
+WIDE_ENCODINGS = ("utf-16", "utf-32")  # where NUL bytes are ordinary
 
 
 @dataclass
@@ -75,10 +83,11 @@ def open_document(source: str, encoding: str | None = None, stdin: BinaryIO | No
 def _text_document(name: str, opener: Callable[[], BinaryIO], size: int | None, encoding: str | None) -> Document:
     doc = Document(name=name, kind="text", unit="bytes", total_units=size, segments=lambda: iter(()))
     if encoding is not None:
-        try:
-            codecs.lookup(encoding)
-        except LookupError:
-            raise LocretError(f"unknown encoding {encoding!r}") from None
+        try:  # also refuses codecs whose decoder gives bytes, not text, such as hex or zlib
+            if not isinstance(codecs.getincrementaldecoder(encoding)().decode(b"", final=True), str):
+                raise LookupError(encoding)
+        except (LookupError, TypeError):  # rot13's decoder takes str, not bytes
+            raise LocretError(f"unknown encoding {encoding!r}: name a text encoding such as utf-8 or latin-1") from None
 
     def segments() -> Iterator[Segment]:
         stream = opener()
@@ -94,8 +103,12 @@ def _text_document(name: str, opener: Callable[[], BinaryIO], size: int | None, 
             first = stream.read(READ_BYTES)
             chosen = encoding or _sniff_encoding(first)
             decoder = codecs.getincrementaldecoder(chosen)(errors="locret-count")
+            wide = codecs.lookup(chosen).name.startswith(WIDE_ENCODINGS)
             done, block = 0, first
             while block:
+                if not wide and block.count(0) > BINARY_NUL_SHARE * len(block):
+                    raise LocretError(f"{name} holds binary data (NUL bytes after byte {done:,}), not text; "
+                                      "pass --encoding if it is UTF-16 or UTF-32")
                 done += len(block)
                 text = decoder.decode(block)
                 if text:
@@ -125,10 +138,26 @@ def _sniff_encoding(head: bytes) -> str:
 
 def _pdf_document(path: Path) -> Document:
     from pypdf import PdfReader
-    from pypdf.errors import DependencyError, PdfReadError
+    from pypdf.errors import DependencyError
+
+    if path.stat().st_size == 0:
+        raise LocretError(f"{path} is empty: there is no text to read")
+    try:
+        handle = path.open("rb")
+    except OSError as exc:
+        raise LocretError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+    except (OSError, ValueError) as exc:  # not a regular file: a pipe or a device
+        handle.close()
+        raise LocretError(f"cannot map {path} into memory ({exc}); save it as a regular file first") from None
+
+    def close() -> None:
+        mapped.close()
+        handle.close()
 
     try:
-        reader = PdfReader(str(path))
+        reader = PdfReader(mapped)
         if reader.is_encrypted:
             try:
                 opened = reader.decrypt("")
@@ -137,25 +166,33 @@ def _pdf_document(path: Path) -> Document:
             if not opened:
                 raise LocretError(f"{path} is encrypted; decrypt it first (e.g. `qpdf --decrypt in.pdf out.pdf`)")
         total = len(reader.pages)
+        reader.resolved_objects.clear()
+        if total == 0:
+            raise LocretError(f"{path} has no pages")
     except LocretError:
+        close()
         raise
-    except (PdfReadError, ValueError, KeyError, TypeError, OSError) as exc:
-        raise LocretError(f"{path} is not a readable PDF ({type(exc).__name__}: {exc})") from None
-    if total == 0:
-        raise LocretError(f"{path} has no pages")
+    except Exception as exc:  # a malformed file makes pypdf raise many types, RecursionError among them
+        close()
+        raise LocretError(f"{path} is not a readable PDF ({type(exc).__name__}: {_first_line(exc)})") from None
     doc = Document(name=str(path), kind="pdf", unit="pages", total_units=total, segments=lambda: iter(()), pages=total)
 
     def segments() -> Iterator[Segment]:
         with_text = 0
-        for number, page in enumerate(reader.pages, start=1):
-            try:
-                text = page.extract_text() or ""
-            except Exception as exc:  # pypdf raises many types on malformed content streams
-                doc.warnings.append(f"{path}: page {number} skipped, its text could not be read ({exc})")
-                text = ""
-            if text.strip():
-                with_text += 1
-                yield Segment(text + "\n\n", number, number)
+        try:
+            for number in range(1, total + 1):
+                try:
+                    text = reader.pages[number - 1].extract_text() or ""
+                except Exception as exc:  # malformed content streams raise many types
+                    doc.warnings.append(f"{path}: page {number} skipped, its text could not be read "
+                                        f"({type(exc).__name__}: {_first_line(exc)})")
+                    text = ""
+                reader.resolved_objects.clear()  # this page's parsed objects: memory stays flat across pages
+                if text.strip():
+                    with_text += 1
+                    yield Segment(text + "\n\n", number, number)
+        finally:
+            close()
         if with_text == 0:
             raise LocretError(
                 f"{path} has no text layer (scanned images?); run OCR first, e.g. `ocrmypdf in.pdf out.pdf`"
@@ -163,6 +200,11 @@ def _pdf_document(path: Path) -> Document:
 
     doc.segments = segments
     return doc
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:200] if text else "no details"
 
 
 def token_chunks(

@@ -86,10 +86,18 @@ class Generation:
 
 
 class Engine:
-    """Runs one document and question through `model` with `policy`, never holding more than budget + chunk."""
+    """Runs one document and question through `model` with `policy`, never holding more than budget + chunk.
 
-    def __init__(self, model, policy: Policy, settings: Settings, stop_ids: set[int]):
-        self.model, self.policy, self.settings, self.stop_ids = model, policy, settings, stop_ids
+    The first `pinned` tokens read (BOS and the chat template's head, which the first chunk starts with) are never
+    evicted, under every policy: a document cannot push the prompt's opening out of the cache."""
+
+    def __init__(self, model, policy: Policy, settings: Settings, stop_ids: set[int], pinned: int = 0):
+        if policy.evicts and pinned + settings.stabilizers > settings.budget:
+            raise LocretError(
+                f"the prompt's opening ({pinned} tokens, never evicted) and --stabilizers {settings.stabilizers} "
+                f"do not fit in --budget {settings.budget}; raise --budget or lower --stabilizers"
+            )
+        self.model, self.policy, self.settings, self.stop_ids, self.pinned = model, policy, settings, stop_ids, pinned
         self.device = model.device
         self.rotary = rotary_module(model)
         self.cache = LocretCache(model.config.get_text_config(decoder=True).num_hidden_layers)
@@ -153,10 +161,10 @@ class Engine:
 
     @torch.no_grad()
     def evict(self) -> None:
-        """Keep the top `budget` entries per KV head, stabilizers first; renumber positions if compact."""
+        """Keep the top `budget` entries per KV head, pinned and stabilizers first; renumber positions if compact."""
         budget = self.settings.budget
         for layer_idx, layer in enumerate(self.cache.layers):
-            self.cache.evict(layer_idx, select(layer.scores, budget, self.settings.stabilizers))
+            self.cache.evict(layer_idx, select(layer.scores, budget, self.settings.stabilizers, self.pinned))
         if self.settings.positions == "compact":
             renumbered = torch.arange(budget, device=self.device, dtype=torch.int32)
             self.cache.move_keys(renumbered.expand_as(self.cache.layers[0].positions), self.cache.frequencies)

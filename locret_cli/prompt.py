@@ -1,15 +1,32 @@
-"""The token ids that surround the document: the chat template's head before it, the question and tail after it."""
+"""The token ids around the user's text: the chat template's head before it, and its tail after it.
+
+Only the template's own rendering may produce control tokens. The user's text (the document, the question, a
+training prompt) is encoded with `encode_text`, so a `<|im_end|>` inside a document stays ordinary text.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-_MARKER = "\x00LOCRET-DOCUMENT\x00"
+from locret_cli.errors import LocretError
+from locret_cli.tokenizer import encode_text
+
+_CONTENT = "\x00LOCRET-CONTENT\x00"  # stands for the user's text while the template is rendered
+NO_TEMPLATE_TAIL = "\nAnswer:"  # what follows the user's text when the tokenizer has no chat template
+
+
+@dataclass
+class PromptLayout:
+    """head_ids: BOS and the template up to the user's message; tail_ids: the template after it, up to the answer."""
+
+    head_ids: list[int]
+    tail_ids: list[int]
 
 
 @dataclass
 class PromptParts:
-    """prefix_ids go before the document (streamed with it); question_ids after it (prefilled without eviction)."""
+    """prefix_ids go before the document (streamed with it, never evicted); question_ids after it (prefilled
+    without eviction)."""
 
     prefix_ids: list[int]
     question_ids: list[int]
@@ -20,19 +37,42 @@ def question_text(question: str) -> str:
     return f"\n\nQuestion: {question.strip()}"
 
 
-def build_prompt(tokenizer, question: str) -> PromptParts:
-    """Split the rendered prompt at the document: the template is applied when the tokenizer has one."""
+def prompt_layout(tokenizer) -> PromptLayout:
+    """The template split at the user's message, rendered with the tokenizer's chat template when it has one."""
     if getattr(tokenizer, "chat_template", None):
-        messages = [{"role": "user", "content": _MARKER + question_text(question)}]
-        rendered = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        head, tail = rendered.split(_MARKER)
-        return PromptParts(_encode(tokenizer, head), _encode(tokenizer, tail))
+        rendered = _render(tokenizer, [{"role": "user", "content": _CONTENT}], add_generation_prompt=True)
+        if rendered.count(_CONTENT) != 1:
+            raise LocretError("this model's chat template does not place the user's message once; locret cannot "
+                              "lay out a prompt with it")
+        head, tail = rendered.split(_CONTENT)
+        return PromptLayout(_control_ids(tokenizer, head), _control_ids(tokenizer, tail))
     bos = getattr(tokenizer, "bos_token_id", None)
-    return PromptParts([bos] if bos is not None else [], _encode(tokenizer, question_text(question) + "\nAnswer:"))
+    return PromptLayout([bos] if bos is not None else [], encode_text(tokenizer, NO_TEMPLATE_TAIL))
 
 
-def _encode(tokenizer, text: str) -> list[int]:
-    return list(tokenizer.encode(text, add_special_tokens=False)) if text else []
+def build_prompt(tokenizer, question: str) -> PromptParts:
+    """The ids before and after the document for `question`, laid out as `prompt_layout` says."""
+    layout = prompt_layout(tokenizer)
+    return PromptParts(layout.head_ids, encode_text(tokenizer, question_text(question)) + layout.tail_ids)
+
+
+def end_of_turn_id(tokenizer, model) -> int:
+    """The token that ends an answer: what the chat template writes right after an assistant's message (Llama 3.1:
+    `<|eot_id|>`, not `<|end_of_text|>`), else the tokenizer's end-of-sequence token."""
+    stops = stop_token_ids(model, tokenizer)
+    if getattr(tokenizer, "chat_template", None):
+        messages = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": _CONTENT}]
+        rendered = _render(tokenizer, messages, add_generation_prompt=False)
+        if rendered.count(_CONTENT) == 1:
+            after = _control_ids(tokenizer, rendered.split(_CONTENT)[1])
+            if after and after[0] in stops:
+                return after[0]
+    eos = getattr(tokenizer, "eos_token_id", None)
+    if isinstance(eos, int):
+        return eos
+    if not stops:
+        raise LocretError("neither the tokenizer nor the model names an end-of-sequence token")
+    return min(stops)
 
 
 def stop_token_ids(model, tokenizer) -> set[int]:
@@ -44,3 +84,15 @@ def stop_token_ids(model, tokenizer) -> set[int]:
         elif source:
             ids.update(int(i) for i in source)
     return ids
+
+
+def _render(tokenizer, messages: list[dict], add_generation_prompt: bool) -> str:
+    try:
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+    except Exception as exc:  # a template is a program of the model repo's: jinja raises many types
+        raise LocretError(f"this model's chat template failed to render: {exc}") from None
+
+
+def _control_ids(tokenizer, rendered: str) -> list[int]:
+    """Ids of text the template itself wrote: its special-token strings are control tokens."""
+    return list(tokenizer.encode(rendered, add_special_tokens=False)) if rendered else []

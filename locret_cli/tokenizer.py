@@ -20,6 +20,13 @@ TIKTOKEN_FILE = "tokenizer.tiktoken"  # a model directory holding this file uses
 SPECIAL_TOKENS = ("<|endoftext|>", "<|user|>", "<|assistant|>", "<|end|>")
 
 
+def encode_text(tokenizer, text: str) -> list[int]:
+    """Ids of text that is data (a document, a question, training prompts and answers): a special-token string in it,
+    such as `<|im_end|>`, becomes ordinary text tokens, never a control token. Works for transformers tokenizers and
+    `TiktokenTokenizer` alike; only a chat template's own rendering may produce control tokens."""
+    return list(tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True)) if text else []
+
+
 class TiktokenTokenizer:
     """tiktoken BPE with a minimal chat format: <|user|>\\n{message}<|end|>\\n<|assistant|>\\n."""
 
@@ -59,8 +66,11 @@ class TiktokenTokenizer:
     def __len__(self) -> int:
         return self.encoding.n_vocab
 
-    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
-        """Token ids of `text`; special-token strings in it become their ids, as transformers tokenizers do."""
+    def encode(self, text: str, add_special_tokens: bool = False, split_special_tokens: bool = False) -> list[int]:
+        """Token ids of `text`. As in transformers, special-token strings in it become their ids unless
+        `split_special_tokens` is True; then they are ordinary text. Untrusted text goes through `encode_text`."""
+        if split_special_tokens:
+            return self.encoding.encode_ordinary(text)
         return self.encoding.encode(text, allowed_special="all")
 
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:

@@ -26,8 +26,8 @@ from locret_cli.heads import RetainingHeads
 from locret_cli.loading import LoadedModel, resolve_device, resolve_dtype
 from locret_cli.measure import available_memory, full_cache_bytes, peak_memory, reset_peak, weight_bytes
 from locret_cli.policies import make_policy
-from locret_cli.prompt import build_prompt, stop_token_ids
-from locret_cli.tokenizer import TiktokenTokenizer
+from locret_cli.prompt import build_prompt, prompt_layout, stop_token_ids
+from locret_cli.tokenizer import TiktokenTokenizer, encode_text
 
 
 @dataclass
@@ -81,7 +81,7 @@ def run_cell(spec: CellSpec) -> dict:
     with counting(model, counter):
         for sample in samples:
             engine = Engine(model, make_policy(spec.policy, model, session.heads, settings.score_pool), settings,
-                            stop)
+                            stop, pinned=len(prompt_layout(tokenizer).head_ids))
             for i, (question, generation) in enumerate(ask_all(engine, sample, tokenizer)):
                 answer = tokenizer.decode(generation.token_ids, skip_special_tokens=True).strip()
                 exact.append(question.is_exact(answer))
@@ -128,7 +128,8 @@ def ask_all(engine: Engine, sample: Sample, tokenizer):
     one-question sample never holds a second copy. Yields (question, Generation)."""
     prefix = build_prompt(tokenizer, sample.questions[0].question).prefix_ids
     start = engine.clock()
-    engine.read(token_chunks(sample.document, tokenizer.encode, engine.settings.chunk_size, prefix))
+    engine.read(token_chunks(sample.document, lambda text: encode_text(tokenizer, text), engine.settings.chunk_size,
+                             prefix))
     for i, question in enumerate(sample.questions):
         last = i == len(sample.questions) - 1
         runner = engine if last else engine.fork()
@@ -139,10 +140,12 @@ def ask_all(engine: Engine, sample: Sample, tokenizer):
 def warm_up(session: Session, settings, stop: set[int]) -> None:
     """One short run through the same code paths (two chunks, so eviction runs too), left out of the figures."""
     model, tokenizer = session.loaded.model, session.loaded.tokenizer
-    short = replace(settings, budget=16, stabilizers=4, chunk_size=16, max_new_tokens=2)
-    engine = Engine(model, make_policy(session.policy, model, session.heads, short.score_pool), short, stop)
     prefix = build_prompt(tokenizer, "Why?").prefix_ids
-    engine.read(token_chunks(text_document("The warm-up text. " * 8), tokenizer.encode, short.chunk_size, prefix))
+    short = replace(settings, budget=len(prefix) + 16, stabilizers=4, chunk_size=16, max_new_tokens=2)
+    engine = Engine(model, make_policy(session.policy, model, session.heads, short.score_pool), short, stop,
+                    pinned=len(prefix))
+    text = "The warm-up text. " * (8 + len(prefix) // 4)  # longer than the budget, so eviction runs
+    engine.read(token_chunks(text_document(text), lambda t: encode_text(tokenizer, t), short.chunk_size, prefix))
     engine.answer(build_prompt(tokenizer, "Why?").question_ids)
 
 

@@ -36,13 +36,15 @@ class Policy:
         raise NotImplementedError
 
 
-def select(scores: torch.Tensor, budget: int, stabilizers: int) -> torch.Tensor:
-    """Indices to keep: the last `stabilizers` entries, then the best-scored, `budget` in all, per head.
+def select(scores: torch.Tensor, budget: int, stabilizers: int, pinned: int = 0) -> torch.Tensor:
+    """Indices to keep: the first `pinned` entries (the prompt's head) and the last `stabilizers`, whatever their
+    scores, then the best-scored, `budget` in all, per head.
 
-    scores: (B, kv_heads, n) with n > budget. Returns (B, kv_heads, budget) int64, ascending, so kept entries stay
-    in their original order.
+    scores: (B, kv_heads, n) with n > budget >= pinned + stabilizers. Returns (B, kv_heads, budget) int64,
+    ascending, so kept entries stay in their original order and the pinned ones stay at 0..pinned-1.
     """
     ranked = scores.clone()
+    ranked[..., :pinned] = float("inf")
     if stabilizers > 0:
         ranked[..., -stabilizers:] = float("inf")
     keep = ranked.topk(budget, dim=-1, sorted=False).indices

@@ -20,6 +20,13 @@ def default_label_cache() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "locret" / "labels"
 
 
+def descriptive_name(model: str) -> str:
+    """What provenance records of a model: a Hub id as it is, a local directory by its last name only, so no machine
+    path ends up in heads that are shared or shipped."""
+    path = Path(model)
+    return path.name if path.is_absolute() or path.exists() else model
+
+
 def train_heads(
     loaded: LoadedModel,
     data: str | Path,
@@ -38,7 +45,7 @@ def train_heads(
     check_output(out, resume, overwrite)
     model = loaded.model.requires_grad_(False).eval()
     examples = tokenize(load_records(data, warn), loaded.tokenizer, model, max_len)
-    cache = LabelCache((label_cache or default_label_cache()) / cache_key(model, Path(data), max_len))
+    cache = LabelCache((label_cache or default_label_cache()) / cache_key(model, examples))
     for index, example in enumerate(examples):
         cache.get(index, model, example.prompt_ids, example.answer_ids)
         if on_labels:
@@ -47,7 +54,7 @@ def train_heads(
     if resume and not trainer.resume():
         warn(f"no checkpoint in {out}; starting from step 0")
     summary = trainer.train(on_step)
-    trainer.heads.save(out, extra={"model": loaded.name, "data": str(data), "training": {
+    trainer.heads.save(out, extra={"model": descriptive_name(loaded.name), "data": Path(data).name, "training": {
         **asdict(config), "max_len": max_len, "final_loss": summary.final_loss,
         "heldout_accuracy": summary.heldout_accuracy}})
     return summary

@@ -1,8 +1,9 @@
 """Training records for retaining heads: JSONL of prompt/answer, or ShareGPT-style JSON conversations.
 
 Bad records are reported by line (JSONL) or index (JSON) and skipped; if nothing usable remains, loading fails with
-one clear error. Prompts are laid out as `locret ask` lays them out (chat template when the tokenizer has one) and
-cut in the middle to `max_len` tokens, keeping the instruction at the start and the question at the end.
+one clear error. Prompts are laid out as `locret ask` lays them out (`prompt.prompt_layout`: the template's head,
+the prompt as text, the template's tail), and the prompt is cut in the middle so the whole fits `max_len` tokens,
+keeping the start and the question at the end. Answers end with the token the template ends a turn with.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from locret_cli.errors import LocretError
-from locret_cli.prompt import stop_token_ids
+from locret_cli.prompt import end_of_turn_id, prompt_layout
+from locret_cli.tokenizer import encode_text
 
 ASSISTANT_ROLES = {"gpt", "assistant", "model", "bot"}
 
@@ -87,19 +89,19 @@ def _record(item) -> tuple[Record | None, str]:
 
 
 def tokenize(records: list[Record], tokenizer, model, max_len: int) -> list[TokenizedExample]:
-    """Prompt ids (template applied, middle cut to `max_len`) and answer ids ending in an end token."""
-    stop = sorted(stop_token_ids(model, tokenizer))
+    """Prompt ids laid out as at inference (the prompt's middle cut so all fits `max_len`) and answer ids ending in
+    the end-of-turn token. Record text is data: special-token strings in it stay text."""
+    layout = prompt_layout(tokenizer)
+    end = end_of_turn_id(tokenizer, model)
+    room = max_len - len(layout.head_ids) - len(layout.tail_ids)
+    if room < 2:
+        raise LocretError(f"--max-len {max_len} leaves no room for a prompt inside this model's chat template")
     examples = []
     for record in records:
-        if getattr(tokenizer, "chat_template", None):
-            text = tokenizer.apply_chat_template([{"role": "user", "content": record.prompt}], tokenize=False,
-                                                 add_generation_prompt=True)
-            prompt_ids = list(tokenizer.encode(text, add_special_tokens=False))
-        else:
-            prompt_ids = list(tokenizer.encode(record.prompt, add_special_tokens=True))
-        if len(prompt_ids) > max_len:
-            head = max_len // 2
-            prompt_ids = prompt_ids[:head] + prompt_ids[len(prompt_ids) - (max_len - head):]
-        answer_ids = list(tokenizer.encode(record.answer, add_special_tokens=False)) + stop[:1]
-        examples.append(TokenizedExample(prompt_ids, answer_ids))
+        content = encode_text(tokenizer, record.prompt)
+        if len(content) > room:
+            head = room // 2
+            content = content[:head] + content[len(content) - (room - head):]
+        answer_ids = encode_text(tokenizer, record.answer) + [end]
+        examples.append(TokenizedExample(layout.head_ids + content + layout.tail_ids, answer_ids))
     return examples

@@ -5,7 +5,7 @@ the pre-softmax score (Q Kᵀ)[h, p, k] · scaling, with Q and K post-RoPE as th
 
 The scores are taken inside the model's own attention call (`probe.py`), from the real query and key after any
 q/k norm and RoPE, and reduced block by block, so no T×T matrix is ever built. Labels are cached on disk, keyed
-by model, data and length.
+by the model and the examples' token ids.
 """
 
 from __future__ import annotations
@@ -54,15 +54,16 @@ def compute_labels(model, prompt_ids: list[int], answer_ids: list[int]) -> torch
     return torch.stack([layers[i] for i in sorted(layers)]).cpu()
 
 
-def cache_key(model, data_path: Path, max_len: int) -> str:
-    """Hash of what the labels depend on: the model's config and weights' identity, the data file, max_len."""
+def cache_key(model, examples) -> str:
+    """Hash of what the labels depend on: the model's config and weights' identity, and every example's token ids
+    (which carry the data, `max_len` and the prompt layout)."""
     digest = hashlib.sha256()
     digest.update(json.dumps(model.config.to_dict(), sort_keys=True, default=str).encode())
     digest.update(str(getattr(model, "name_or_path", "")).encode())
     first = next(model.parameters())
     digest.update(first.detach().float().flatten()[:4096].cpu().numpy().tobytes())
-    digest.update(Path(data_path).read_bytes())
-    digest.update(str(max_len).encode())
+    for example in examples:
+        digest.update(json.dumps([example.prompt_ids, example.answer_ids]).encode())
     return digest.hexdigest()[:16]
 
 
