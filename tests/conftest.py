@@ -16,6 +16,8 @@ from transformers import (
     Phi3ForCausalLM,
     Qwen2Config,
     Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
 )
 
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -34,18 +36,26 @@ COMMON = dict(
 )
 
 
-def tiny_model(family: str, seed: int = 0):
-    """A 2-layer random model of `family`, fp32, eval mode, sdpa attention."""
+LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 512}
+ROPE_VARIANTS = {  # the other RoPE scalings locret lists as supported, on the Llama shape
+    "linear": {"rope_type": "linear", "rope_theta": 10000.0, "factor": 4.0},
+    "dynamic": {"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 4.0},  # scales past max_position_embeddings
+    "yarn": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 256},
+}
+
+
+def tiny_model(family: str, seed: int = 0, rope: dict | None = None, max_positions: int | None = None):
+    """A 2-layer random model of `family`, fp32, eval mode, sdpa attention. `rope` replaces Llama's RoPE scaling;
+    `max_positions` its max_position_embeddings (where dynamic NTK starts scaling)."""
     torch.manual_seed(seed)
-    if family == "llama":  # GQA, with Llama 3.1's RoPE scaling
-        config = LlamaConfig(
-            **COMMON, num_key_value_heads=2,
-            rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
-                             "high_freq_factor": 4.0, "original_max_position_embeddings": 512},
-        )
-        model = LlamaForCausalLM(config)
+    if family == "llama":  # GQA, with Llama 3.1's RoPE scaling unless `rope` says otherwise
+        common = {**COMMON, "max_position_embeddings": max_positions or COMMON["max_position_embeddings"]}
+        model = LlamaForCausalLM(LlamaConfig(**common, num_key_value_heads=2, rope_parameters=rope or LLAMA3_ROPE))
     elif family == "qwen2":  # GQA, q/k/v biases
         model = Qwen2ForCausalLM(Qwen2Config(**COMMON, num_key_value_heads=2))
+    elif family == "qwen3":  # GQA, q/k RMSNorm after the projections, explicit head_dim
+        model = Qwen3ForCausalLM(Qwen3Config(**COMMON, num_key_value_heads=2, head_dim=16))
     elif family == "mistral":  # no GQA
         model = MistralForCausalLM(MistralConfig(**COMMON, num_key_value_heads=4, sliding_window=None))
     elif family == "phi3":  # fused qkv_proj, longrope switching at 256 positions
@@ -76,8 +86,8 @@ def llama():
     return tiny_model("llama")
 
 
-def save_model_dir(model, path):
-    """Write `model` with a byte-level fast tokenizer (<s>=0, </s>=1, bytes from 2) as a loadable local model."""
+def byte_tokenizer(**special):
+    """A byte-level fast tokenizer: <s>=0, </s>=1, bytes from 2, then any extra special tokens in `special`."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -86,6 +96,32 @@ def save_model_dir(model, path):
     tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
-    PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>").save_pretrained(path)
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", **special)
+
+
+# Llama 3.1's chat template, cut to what a user turn needs: a real Jinja program, rendered by transformers.
+LLAMA31_TEMPLATE = (
+    "{{- bos_token }}"
+    "{%- for message in messages %}"
+    "{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' + message['content'] | trim + '<|eot_id|>' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{%- endif %}"
+)
+LLAMA31_SPECIALS = ["<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
+
+
+def llama31_chat_tokenizer():
+    """The byte tokenizer with Llama 3.1's control tokens and its chat template: `<|end_of_text|>` (258, EOS) sits
+    below `<|eot_id|>` (261) as in the real vocabulary; BOS is `<|begin_of_text|>` (262)."""
+    tokenizer = byte_tokenizer(additional_special_tokens=LLAMA31_SPECIALS)
+    tokenizer.add_special_tokens({"bos_token": "<|begin_of_text|>"})
+    tokenizer.bos_token, tokenizer.eos_token = "<|begin_of_text|>", "<|end_of_text|>"
+    tokenizer.chat_template = LLAMA31_TEMPLATE
+    return tokenizer
+
+
+def save_model_dir(model, path):
+    """Write `model` with a byte-level fast tokenizer (<s>=0, </s>=1, bytes from 2) as a loadable local model."""
+    byte_tokenizer().save_pretrained(path)
     model.save_pretrained(path)
     return path

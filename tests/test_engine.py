@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from transformers import DynamicCache
+from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from conftest import VOCAB, tiny_model
 from locret_cli.documents import TokenChunk
@@ -35,18 +36,31 @@ def random_ids(n: int, seed: int = 1) -> list[int]:
     return torch.randint(2, VOCAB, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
 
 
-def expected_kept(table: torch.Tensor, n: int, chunk: int, budget: int, stabilizers: int) -> list[list[int]]:
-    """Reference selection in plain Python, chunk by chunk, per head."""
+def expected_kept(table: torch.Tensor, n: int, chunk: int, budget: int, stabilizers: int,
+                  pinned: int = 0) -> list[list[int]]:
+    """Reference selection in plain Python, chunk by chunk, per head: the first `pinned` and the last `stabilizers`
+    entries always stay, the best-scored fill the rest."""
     kept = [[] for _ in range(table.shape[0])]
     for start in range(0, n, chunk):
         for h in range(table.shape[0]):
             candidates = kept[h] + list(range(start, min(start + chunk, n)))
             if len(candidates) > budget:
-                stable = candidates[len(candidates) - stabilizers:]
-                rest = sorted(candidates[: len(candidates) - stabilizers], key=lambda i: -float(table[h, i]))
-                candidates = sorted(stable + rest[: budget - stabilizers])
+                fixed = candidates[:pinned] + candidates[len(candidates) - stabilizers:]
+                rest = sorted(candidates[pinned: len(candidates) - stabilizers], key=lambda i: -float(table[h, i]))
+                candidates = sorted(fixed + rest[: budget - len(fixed)])
             kept[h] = candidates
     return kept
+
+
+def fresh_layer0_keys(model, ids: list[int]) -> torch.Tensor:
+    """Layer 0's keys for `ids` at positions 0..n-1, computed from scratch: (kv_heads, n, head_dim)."""
+    layer, config = model.model.layers[0], model.config
+    head_dim = config.hidden_size // config.num_attention_heads
+    with torch.no_grad():
+        hidden = layer.input_layernorm(model.model.embed_tokens(torch.tensor([ids])))
+        keys = layer.self_attn.k_proj(hidden).view(1, len(ids), -1, head_dim).transpose(1, 2)
+        cos, sin = model.model.rotary_emb(keys, torch.arange(len(ids)).view(1, -1))
+        return apply_rotary_pos_emb(keys, keys, cos, sin)[1][0]
 
 
 def run(model, policy, settings, ids, question=(5, 6, 7), on_progress=None):
@@ -70,30 +84,50 @@ def test_cache_size_after_every_chunk_and_peak(llama):
     assert generation.document_tokens == n
 
 
+@pytest.mark.parametrize("pinned", [0, 5])
 @pytest.mark.parametrize("positions", ["original", "compact"])
-def test_kept_indices_stabilizers_and_per_head_selection(llama, positions):
+def test_kept_entries_after_every_chunk_are_exactly_the_reference(llama, positions, pinned):
+    """Original positions: each head's kept token indices equal the reference selection. Compact: each head's keys
+    equal RoPE computed afresh for its kept tokens at 0..n-1, however many times they were moved."""
     n, budget, chunk, stab = 60, 16, 8, 3
     table = distinct_table(2, n)
     settings = Settings(budget=budget, chunk_size=chunk, stabilizers=stab, positions=positions, max_new_tokens=1)
-    reference = expected_kept(table, n, chunk, budget, stab)
-    assert reference[0] != reference[1]  # the two heads really choose differently
-
-    snapshots = []
-    engine = Engine(llama, TablePolicy(table), settings, stop_ids={1})
-    for chunk_ids in chunks_of(random_ids(n), chunk):
+    assert expected_kept(table, n, chunk, budget, stab)[0] != expected_kept(table, n, chunk, budget, stab)[1]
+    ids = random_ids(n)
+    engine = Engine(llama, TablePolicy(table), settings, stop_ids={1}, pinned=pinned)
+    for chunk_ids in chunks_of(ids, chunk):
         engine.prefill_chunk(chunk_ids.ids)
-        snapshots.append([layer.values.clone() for layer in engine.cache.layers])
-        seen = engine.seen
-        for layer in engine.cache.layers:
-            if positions == "original":
-                kept = layer.positions[0]
-                for h in range(2):  # stabilizers: the newest entries always survive
-                    assert set(range(max(0, seen - stab), seen)) <= set(kept[h].tolist())
-            else:
-                assert layer.positions[0].tolist() == [list(range(min(seen, budget)))] * 2
-    if positions == "original":
-        for layer in engine.cache.layers:
-            assert layer.positions[0].tolist() == reference
+        reference = expected_kept(table, engine.seen, chunk, budget, stab, pinned)
+        assert all(kept[:pinned] == list(range(pinned)) for kept in reference)
+        if positions == "original":
+            for layer in engine.cache.layers:
+                assert layer.positions[0].tolist() == reference
+            continue
+        for h, kept in enumerate(reference):
+            want = fresh_layer0_keys(llama, [ids[i] for i in kept])[h]
+            torch.testing.assert_close(engine.cache.layers[0].keys[0, h], want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["locret", "streaming", "h2o", "snapkv", "random", "knorm"])
+def test_the_prompt_head_is_never_evicted_under_any_policy(llama, name):
+    """The first `pinned` tokens (BOS and the chat template's head) hold slots 0..pinned-1 in every head and layer,
+    after many evictions, whatever their scores."""
+    pinned = 7
+    heads = RetainingHeads.for_model(llama, hidden=16) if name == "locret" else None
+    settings = Settings(budget=20, chunk_size=10, stabilizers=4, positions="original", max_new_tokens=1)
+    engine = Engine(llama, make_policy(name, llama, heads), settings, stop_ids={1}, pinned=pinned)
+    engine.read(chunks_of(random_ids(150), 10))
+    for layer in engine.cache.layers:
+        positions = layer.positions[0]
+        assert positions[:, :pinned].tolist() == [list(range(pinned))] * 2
+        assert positions[:, -4:].tolist() == [list(range(146, 150))] * 2  # and the stabilizers
+
+
+def test_a_prompt_head_that_leaves_no_room_is_refused(llama):
+    settings = Settings(budget=16, chunk_size=8, stabilizers=10)
+    with pytest.raises(LocretError, match="prompt's opening \\(7 tokens"):
+        Engine(llama, make_policy("streaming", llama), settings, stop_ids={1}, pinned=7)
+    Engine(llama, make_policy("full", llama), settings, stop_ids={1}, pinned=7)  # nothing is evicted: no limit
 
 
 def test_compact_keeps_the_same_entries_as_original(llama):
@@ -116,7 +150,7 @@ def first_logits(model, policy, settings, ids, question):
     return engine.forward(question, score=False)
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen2", "mistral", "phi3"])
+@pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3", "mistral", "phi3"])
 def test_budget_covering_document_equals_full_cache(family):
     """No eviction and original positions: chunked prefill gives the plain model's logits."""
     model = tiny_model(family)
@@ -201,3 +235,28 @@ def test_forks_answer_like_a_fresh_read(llama):
         _, fresh = run(llama, make_policy("streaming", llama), settings, ids, question=question)
         assert reader.fork().answer(question).token_ids == fresh.token_ids
     assert reader.cache.length() == 16  # the reader itself never saw a question
+
+
+def cache_state(engine: Engine) -> list[tuple[torch.Tensor, ...]]:
+    return [tuple(t.clone() for t in (layer.keys, layer.values, layer.scores, layer.positions))
+            for layer in engine.cache.layers]
+
+
+def test_forks_under_h2o_never_touch_the_reader(llama):
+    """H2O adds attention to its scores in place: a fork that answers, or reads on, must leave the reader as it
+    was, and two forks must answer alike."""
+    settings = Settings(budget=16, chunk_size=8, stabilizers=3, max_new_tokens=4)
+    ids = random_ids(80)
+    reader = Engine(llama, make_policy("h2o", llama), settings, stop_ids={1})
+    reader.read(chunks_of(ids[:60], 8))
+    before = cache_state(reader)
+    first = reader.fork().answer([5, 6]).token_ids
+    reading_on = reader.fork()
+    reading_on.read(chunks_of(ids[60:], 8))
+    assert reading_on.cache.layers[0].scores.shape == before[0][2].shape
+    assert not torch.equal(reading_on.cache.layers[0].scores, before[0][2])  # it did rescore its own copy
+    for now, then in zip(cache_state(reader), before):
+        assert all(torch.equal(a, b) for a, b in zip(now, then))
+    assert reader.fork().answer([5, 6]).token_ids == first
+    _, fresh = run(llama, make_policy("h2o", llama), settings, ids[:60], question=[5, 6])
+    assert fresh.token_ids == first

@@ -113,20 +113,36 @@ def test_files_without_heads_are_refused(tmp_path, llama):
         load_heads(tmp_path, llama)
 
 
-@pytest.mark.parametrize("family", ["llama", "phi3"])
+def manual_qkv(model, layer_idx: int, hidden: torch.Tensor):
+    """The layer's q, k and v computed by hand from its input: norm, then the projections, no RoPE."""
+    layer = model.model.layers[layer_idx]
+    attn, x = layer.self_attn, layer.input_layernorm(hidden)
+    if hasattr(attn, "qkv_proj"):
+        shape = ModelShape.from_config(model.config)
+        kv = shape.kv_heads * shape.head_dim
+        return attn.qkv_proj(x).split([shape.heads * shape.head_dim, kv, kv], dim=-1)
+    return attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3", "phi3"])
 def test_capture_hands_over_pre_rope_projections_and_removes_hooks(family):
+    """What the heads are fed equals each layer's own projections of its input, before RoPE (and before Qwen3's
+    q/k norm), computed by hand; every hook is gone after the block, even when it raises."""
     model = tiny_model(family)
     attn = model.model.layers[0].self_attn
     projections = [attn.qkv_proj] if family == "phi3" else [attn.q_proj, attn.k_proj, attn.v_proj]
-    seen = {}
-    with pytest.raises(RuntimeError, match="boom"):
-        with capture_qkv(model, lambda i, q, k, v: seen.setdefault(i, (q.shape, k.shape, v.shape))):
-            model(torch.tensor([[3, 4, 5]]))
+    seen, ids = {}, torch.tensor([[3, 4, 5, 9, 11]])
+    with torch.no_grad(), pytest.raises(RuntimeError, match="boom"):
+        with capture_qkv(model, lambda i, q, k, v: seen.setdefault(i, (q, k, v))):
+            hidden = model(ids, output_hidden_states=True).hidden_states  # hidden_states[i] enters layer i
             assert all(p._forward_hooks for p in projections)
             raise RuntimeError("boom")
     assert all(not p._forward_hooks for p in projections)
-    kv_width = model.config.num_key_value_heads * 16
-    assert seen == {i: ((1, 3, 64), (1, 3, kv_width), (1, 3, kv_width)) for i in (0, 1)}
+    assert sorted(seen) == [0, 1]
+    with torch.no_grad():
+        for layer_idx, captured in seen.items():
+            for got, want in zip(captured, manual_qkv(model, layer_idx, hidden[layer_idx])):
+                torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
 
 
 def test_attention_without_projections_is_refused(llama):

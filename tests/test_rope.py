@@ -6,9 +6,12 @@ import importlib
 
 import pytest
 import torch
-from transformers import GPT2Config
+from transformers import DynamicCache, GPT2Config
 
-from conftest import tiny_model
+from conftest import ROPE_VARIANTS, tiny_model
+from locret_cli.engine import Engine, Settings
+from locret_cli.policies import make_policy
+from test_engine import chunks_of, random_ids
 from locret_cli.errors import LocretError
 from locret_cli.rope import check_supported, frequencies_for, rerotation_angles, rotary_module, rotate
 
@@ -21,11 +24,14 @@ def rope_at(model, family, pre_rope_keys, positions):
     return keys
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen2", "mistral", "phi3"])
+@pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3", "mistral", "phi3", *ROPE_VARIANTS])
 def test_rerotation_equals_fresh_rope(family):
-    model = tiny_model(family)
+    """Every supported family, and Llama under each supported RoPE scaling (linear, dynamic NTK, YaRN)."""
+    rope = ROPE_VARIANTS.get(family)
+    model = tiny_model("llama", rope=rope) if rope else tiny_model(family)
+    family = "llama" if rope else family
     rotary = rotary_module(model)
-    head_dim = model.config.hidden_size // model.config.num_attention_heads
+    head_dim = getattr(model.config, "head_dim", None) or model.config.hidden_size // model.config.num_attention_heads
     keys = torch.randn(1, 2, 6, head_dim, generator=torch.Generator().manual_seed(3))
     old = torch.tensor([0, 5, 17, 100, 200, 250])
     new = torch.tensor([0, 1, 2, 3, 4, 5])  # compact renumbering moves keys backwards
@@ -48,6 +54,23 @@ def test_rerotation_across_a_longrope_frequency_switch():
     angles = rerotation_angles(short_positions.expand(1, 4, 5), long_positions.expand(1, 4, 5), short, long)
     want = rope_at(model, "phi3", keys, long_positions)
     torch.testing.assert_close(rotate(stored, angles), want, rtol=1e-5, atol=1e-5)
+
+
+def test_dynamic_ntk_growth_moves_cached_keys_to_the_new_frequencies():
+    """Dynamic NTK rescales its frequencies whenever the input grows past max_position_embeddings (here 128): after
+    a chunked read of 300 tokens, layer 0's cached keys (which depend only on the tokens) equal those of one pass."""
+    model = tiny_model("llama", rope=ROPE_VARIANTS["dynamic"], max_positions=128)
+    ids = random_ids(300)
+    engine = Engine(model, make_policy("full", model), Settings(budget=400, chunk_size=64, positions="original"), {1})
+    frequencies = []
+    for chunk in chunks_of(ids, 64):
+        engine.prefill_chunk(chunk.ids)
+        frequencies.append(engine.cache.frequencies)
+    assert torch.equal(frequencies[0], frequencies[1]) and not torch.equal(frequencies[1], frequencies[2])
+    reference = DynamicCache(config=model.config)
+    with torch.no_grad():
+        model(torch.tensor([ids]), past_key_values=reference, use_cache=True)
+    torch.testing.assert_close(engine.cache.layers[0].keys, reference.layers[0].keys, rtol=1e-5, atol=1e-5)
 
 
 def test_bf16_rerotation_error_stays_at_bf16_rounding():
