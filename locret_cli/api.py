@@ -156,11 +156,8 @@ class Session:
             return
         hidden = self.heads.hidden if policy.name == "locret" and self.heads is not None else 0
         plan = plan_memory(self.loaded.model, entries, settings.chunk_size, hidden)
-        if not policy.evicts:
-            setting = "the document's length (or use a policy that evicts, such as --policy locret)"
-        else:
-            setting = "--budget" if plan.cache_bytes >= plan.activation_bytes else "--chunk-size"
-        check_fits(plan, setting)
+        check_fits(plan, "--budget" if policy.evicts else
+                   "the document's length (or use a policy that evicts, such as --policy locret)")
 
 
 def load_session(

@@ -11,6 +11,7 @@ import torch
 
 from locret_cli.errors import LocretError
 from locret_cli.heads import ModelShape, compute_dtype
+from locret_cli.policies.attention import QUERY_BLOCK
 
 
 def reset_peak(device: torch.device) -> None:
@@ -71,8 +72,9 @@ def plan_memory(model, cache_entries: int, chunk_tokens: int, head_hidden: int =
 
     The estimate counts the cache (2 · head_dim elements plus a float32 score and an int32 position per entry), and
     for one chunk: hidden states and residuals (4 · hidden), the MLP (3 · intermediate), q/k/v before and after RoPE,
-    float32 attention weights for every query head over the whole cache (CPU attention with a mask builds them) and
-    the retaining heads' inputs and hidden layer (`head_hidden`)."""
+    the retaining heads' inputs and hidden layer (`head_hidden`), keys and values expanded to every query head, and
+    one block of 64 queries' float32 attention over the cache (what H2O and SnapKV score with). Attention weights
+    for the whole chunk are not counted: torch's fused SDPA kernels never build them."""
     shape = ModelShape.from_config(model.config)
     config = model.config.get_text_config(decoder=True)
     element = torch.empty(0, dtype=compute_dtype(model)).element_size()
@@ -81,18 +83,31 @@ def plan_memory(model, cache_entries: int, chunk_tokens: int, head_hidden: int =
     intermediate = getattr(config, "intermediate_size", None) or 4 * shape.hidden_size
     per_token = (4 * shape.hidden_size + 3 * intermediate + 2 * shape.qkv_width) * element
     per_token += (shape.qkv_width + head_hidden) * 4
-    attention = 2 * shape.heads * chunk_tokens * cache_entries * 4
+    attention = shape.heads * cache_entries * (2 * shape.head_dim * element + 2 * QUERY_BLOCK * 4)
     logits = getattr(config, "vocab_size", 0) * 4
     return MemoryPlan(cache, chunk_tokens * per_token + attention + logits, available_memory(model.device))
 
 
-def check_fits(plan: MemoryPlan, setting: str) -> None:
-    """Refuse, in one line, a run estimated not to fit in free memory; `setting` names what to lower."""
+def check_fits(plan: MemoryPlan, cache_setting: str) -> None:
+    """Refuse, in one line, a run estimated not to fit in free memory. It names `cache_setting` when the cache alone
+    does not fit, else --chunk-size, which bounds the activations."""
     if plan.need_bytes <= plan.available_bytes:
         return
-    gib = 2**30
+    setting = cache_setting if plan.cache_bytes > plan.available_bytes else "--chunk-size"
     raise LocretError(
-        f"this run needs about {plan.need_bytes / gib:.1f} GiB beyond the weights (KV cache "
-        f"{plan.cache_bytes / gib:.1f} GiB, one chunk's activations {plan.activation_bytes / gib:.1f} GiB) but only "
-        f"{plan.available_bytes / gib:.1f} GiB is free; lower {setting}, or pass --force to run anyway"
+        f"this run needs about {human_bytes(plan.need_bytes)} beyond the weights (KV cache "
+        f"{human_bytes(plan.cache_bytes)}, one chunk's activations {human_bytes(plan.activation_bytes)}) but only "
+        f"{human_bytes(plan.available_bytes)} is free; lower {setting}, or pass --force to run anyway"
     )
+
+
+def human_bytes(n: int | None) -> str:
+    """`n` bytes for people: 512 B, 3.10 MiB, 1.50 GiB; None is "-"."""
+    if n is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+

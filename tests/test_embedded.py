@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import subprocess
 import sys
 import zipfile
@@ -53,3 +54,27 @@ def test_package_data_is_in_the_built_wheel(tmp_path):
     for name in ("model.safetensors", "config.json", "tokenizer.tiktoken", "locret.json", "heads/heads.safetensors",
                  "heads/heads.json"):
         assert f"locret_cli/embedded_model/{name}" in names, name
+    with zipfile.ZipFile(wheel) as archive:
+        recorded = {name: list(json_strings(json.loads(archive.read(name))))
+                    for name in names if name.startswith("locret_cli/") and name.endswith(".json")}
+    assert "locret_cli/embedded_model/heads/heads.json" in recorded
+    machine_paths = {name: [s for s in strings if looks_like_a_machine_path(s)] for name, strings in recorded.items()}
+    assert machine_paths == {name: [] for name in recorded}
+
+
+def json_strings(value):
+    """Every string in a JSON value, keys included."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield key
+            yield from json_strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from json_strings(item)
+
+
+def looks_like_a_machine_path(text: str) -> bool:
+    """An absolute POSIX or Windows path, or a home directory: provenance must name things, not locate them."""
+    return bool(re.match(r"^(/|~|[A-Za-z]:[\\/])", text)) or "/home/" in text or "/root/" in text

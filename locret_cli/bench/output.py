@@ -10,7 +10,7 @@ from rich.table import Table
 
 from locret_cli.bench.runner import ROW_FIELDS, BenchResult
 from locret_cli.errors import LocretError
-from locret_cli.report import human_bytes
+from locret_cli.measure import human_bytes
 
 
 def bench_table(result: BenchResult) -> Table:

@@ -1,0 +1,86 @@
+"""Before a run: its memory is estimated and a run that cannot fit is refused in one line (unless --force), and the
+settings it is given are validated."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import byte_tokenizer, tiny_model
+from locret_cli import measure
+from locret_cli.api import Session
+from locret_cli.cli import app
+from locret_cli.engine import Settings
+from locret_cli.errors import LocretError
+from locret_cli.loading import LoadedModel
+from locret_cli.measure import plan_memory
+
+runner = CliRunner()
+TEXT = "The gate code of the north depot is 4821. " * 40
+
+
+@pytest.fixture
+def doc(tmp_path):
+    (tmp_path / "doc.txt").write_text(TEXT)
+    return tmp_path / "doc.txt"
+
+
+def tiny_session(policy="streaming") -> Session:
+    return Session(LoadedModel(tiny_model("llama"), byte_tokenizer(), "tiny llama", {}), None, policy)
+
+
+def test_the_estimated_cache_is_what_the_engine_holds_at_its_peak(doc):
+    session = tiny_session()
+    result = session.ask(str(doc), "What is the gate code?", Settings(budget=64, chunk_size=32, stabilizers=8,
+                                                                    max_new_tokens=3))
+    plan = plan_memory(session.loaded.model, result.cache_peak_tokens, 32)
+    assert plan.cache_bytes == result.cache_peak_bytes
+    assert plan.activation_bytes > 0 and plan.available_bytes > 0
+
+
+def test_a_run_that_cannot_fit_is_refused_unless_forced(doc, monkeypatch):
+    session = tiny_session()
+    settings = Settings(budget=64, chunk_size=32, stabilizers=8, max_new_tokens=2)
+    monkeypatch.setattr(measure, "available_memory", lambda device: 1000)
+    with pytest.raises(LocretError, match="only 1000 B is free; lower --budget, or pass --force"):
+        session.ask(str(doc), "What is the gate code?", settings)
+    assert session.ask(str(doc), "What is the gate code?", settings, force=True).cache_kept_tokens == 64
+
+
+def test_a_full_cache_is_estimated_from_the_text_files_size(doc, monkeypatch):
+    session = tiny_session("full")
+    monkeypatch.setattr(measure, "available_memory", lambda device: 1000)
+    with pytest.raises(LocretError, match="lower the document's length"):
+        session.ask(str(doc), "What is the gate code?", Settings(max_new_tokens=2))
+
+
+@pytest.mark.parametrize("option, value, named", [("--budget", 10**9, "--budget"), ("--chunk-size", 10**7,
+                                                                                       "--chunk-size")])
+def test_the_cli_names_the_setting_to_lower_in_one_line(doc, option, value, named):
+    result = runner.invoke(app, ["ask", str(doc), "What is the gate code?", option, str(value), "-q"])
+    assert result.exit_code == 1
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert f"lower {named}, or pass --force" in result.stderr
+
+
+def test_force_runs_what_the_estimate_would_refuse(doc):
+    result = runner.invoke(app, ["ask", str(doc), "What is the gate code?", "--budget", str(10**9), "--force",
+                                 "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["budget"] == 10**9
+
+
+@pytest.mark.parametrize("bad, message", [(dict(budget=0), "--budget must be positive"),
+                                          (dict(score_pool=4), "--score-pool must be a positive odd number"),
+                                          (dict(positions="sideways"), "--positions must be compact or original")])
+def test_ask_validates_the_settings_it_is_given(doc, bad, message):
+    with pytest.raises(LocretError, match=message):
+        tiny_session().ask(str(doc), "What is the gate code?", Settings(**bad))
+
+
+def test_ask_clips_given_stabilizers_with_a_warning(doc):
+    result = tiny_session().ask(str(doc), "q?", Settings(budget=64, chunk_size=32, stabilizers=64, max_new_tokens=1))
+    assert result.settings.stabilizers == 32
+    assert any("does not fit" in w for w in result.warnings)
