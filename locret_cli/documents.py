@@ -101,7 +101,7 @@ def _text_document(name: str, opener: Callable[[], BinaryIO], size: int | None, 
         codecs.register_error("locret-count", count_and_replace)
         try:
             first = stream.read(READ_BYTES)
-            chosen = encoding or _sniff_encoding(first)
+            chosen = _choose_encoding(encoding, first)
             decoder = codecs.getincrementaldecoder(chosen)(errors="locret-count")
             wide = codecs.lookup(chosen).name.startswith(WIDE_ENCODINGS)
             done, block = 0, first
@@ -110,11 +110,11 @@ def _text_document(name: str, opener: Callable[[], BinaryIO], size: int | None, 
                     raise LocretError(f"{name} holds binary data (NUL bytes after byte {done:,}), not text; "
                                       "pass --encoding if it is UTF-16 or UTF-32")
                 done += len(block)
-                text = decoder.decode(block)
+                text = _decode(decoder, block, name, chosen)
                 if text:
                     yield Segment(text, None, done)
                 block = stream.read(READ_BYTES)
-            tail = decoder.decode(b"", final=True)
+            tail = _decode(decoder, b"", name, chosen, final=True)
             if tail:
                 yield Segment(tail, None, done)
         finally:
@@ -126,6 +126,25 @@ def _text_document(name: str, opener: Callable[[], BinaryIO], size: int | None, 
 
     doc.segments = segments
     return doc
+
+
+def _choose_encoding(encoding: str | None, head: bytes) -> str:
+    """The user's encoding, else what the BOM says, else UTF-8. UTF-16 or UTF-32 named without a byte order, in a
+    file without a BOM, is read little-endian: Python's decoder would refuse it."""
+    if encoding is None:
+        return _sniff_encoding(head)
+    name = codecs.lookup(encoding).name
+    boms = {"utf-16": (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE), "utf-32": (codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE)}
+    if name in boms and not head.startswith(boms[name]):
+        return f"{name}-le"
+    return encoding
+
+
+def _decode(decoder, block: bytes, name: str, chosen: str, final: bool = False) -> str:
+    try:
+        return decoder.decode(block, final=final)
+    except UnicodeError as exc:  # what the error handler cannot replace, such as a stateful codec's own checks
+        raise LocretError(f"{name} cannot be read as {chosen}: {exc}") from None
 
 
 def _sniff_encoding(head: bytes) -> str:
