@@ -21,7 +21,6 @@ from locret_cli.loading import LoadedModel, load_model
 from locret_cli.measure import check_fits, full_cache_bytes, peak_memory, plan_memory, reset_peak
 from locret_cli.policies import Policy, make_policy
 from locret_cli.prompt import build_prompt, stop_token_ids
-from locret_cli.tokenizer import encode_text
 
 
 @dataclass
@@ -118,8 +117,7 @@ class Session:
             self.check_memory(policy, settings, document, len(prompt.question_ids))
         engine = Engine(model, policy, settings, stop_token_ids(model, tokenizer), pinned=len(prompt.prefix_ids))
         reset_peak(model.device)
-        chunks = token_chunks(document, lambda text: encode_text(tokenizer, text), settings.chunk_size,
-                              prompt.prefix_ids)
+        chunks = token_chunks(document, tokenizer, settings.chunk_size, prompt.prefix_ids)
         generation = engine.run(chunks, prompt.question_ids, on_progress)
         memory, memory_device = peak_memory(model.device)
         warnings.extend(document.warnings)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from locret_cli.errors import LocretError
+from locret_cli.tokenizer import encode_text
 
 TEXT_BLOCK_CHARS = 65536
 READ_BYTES = 1 << 20
@@ -226,10 +227,10 @@ def _first_line(exc: Exception) -> str:
     return text.splitlines()[0][:200] if text else "no details"
 
 
-def token_chunks(
-    document: Document, encode: Callable[[str], list[int]], chunk_size: int, prefix_ids: list[int]
-) -> Iterator[TokenChunk]:
+def token_chunks(document: Document, tokenizer, chunk_size: int, prefix_ids: list[int]) -> Iterator[TokenChunk]:
     """Tokenize `document` incrementally and yield chunks of `chunk_size` ids; the first starts with `prefix_ids`.
+
+    The document is data: it goes through `encode_text`, so its special-token strings stay ordinary text.
 
     Raises LocretError if the document holds no text at all.
     """
@@ -255,11 +256,11 @@ def token_chunks(
         pending += segment.text
         while len(pending) >= TEXT_BLOCK_CHARS or (segment.page is not None and pending):
             cut = _cut_point(pending) if segment.page is None else len(pending)
-            ids.extend(encode(pending[:cut]))
+            ids.extend(encode_text(tokenizer, pending[:cut]))
             pending = pending[cut:]
             yield from take(final=False)
     if pending:
-        ids.extend(encode(pending))
+        ids.extend(encode_text(tokenizer, pending))
     if not seen_text:
         raise LocretError(f"{document.name} is empty: there is no text to read")
     yield from take(final=True)

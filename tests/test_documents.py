@@ -25,7 +25,7 @@ def test_pdf_pages_are_read_in_order_with_page_numbers(tmp_path):
     segments = list(document.segments())
     assert [s.page for s in segments] == [1, 2, 3]
     assert [s.text.strip() for s in segments] == ["first page", "second page", "third page"]
-    chunks = list(token_chunks(open_document(str(path)), BYTES.encode, 8, prefix_ids=[]))
+    chunks = list(token_chunks(open_document(str(path)), BYTES, 8, prefix_ids=[]))
     assert chunks[0].first_page == 1 and chunks[-1].last_page == 3
 
 
@@ -33,7 +33,7 @@ def test_chunks_have_the_exact_size_and_carry_the_prefix(tmp_path):
     text = "word " * 30000  # longer than one text block, so it is cut and tokenized in pieces
     assert len(text) > TEXT_BLOCK_CHARS
     (tmp_path / "t.txt").write_text(text)
-    chunks = list(token_chunks(open_document(str(tmp_path / "t.txt")), BYTES.encode, 1000, prefix_ids=[7, 7]))
+    chunks = list(token_chunks(open_document(str(tmp_path / "t.txt")), BYTES, 1000, prefix_ids=[7, 7]))
     assert [len(c.ids) for c in chunks] == [1000] * 150 + [2]
     assert [i for c in chunks for i in c.ids] == [7, 7] + BYTES.encode(text)
     assert chunks[-1].units_done == len(text)
@@ -66,7 +66,7 @@ def test_stdin():
 def test_empty_input_is_an_error(tmp_path, content):
     (tmp_path / "e.txt").write_bytes(content)
     with pytest.raises(LocretError, match="is empty"):
-        list(token_chunks(open_document(str(tmp_path / "e.txt")), BYTES.encode, 8, prefix_ids=[1]))
+        list(token_chunks(open_document(str(tmp_path / "e.txt")), BYTES, 8, prefix_ids=[1]))
 
 
 def test_missing_file_and_directory(tmp_path):
@@ -91,7 +91,7 @@ def test_encrypted_pdf(tmp_path):
 def test_pdf_without_text_layer(tmp_path):
     document = open_document(str(image_only_pdf(tmp_path / "scan.pdf")))
     with pytest.raises(LocretError, match="no text layer"):
-        list(token_chunks(document, BYTES.encode, 8, prefix_ids=[]))
+        list(token_chunks(document, BYTES, 8, prefix_ids=[]))
 
 
 def test_tokenizer_round_trip(tmp_path):

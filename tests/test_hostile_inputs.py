@@ -16,7 +16,6 @@ from locret_cli.cli import app
 from locret_cli.documents import open_document, token_chunks
 from locret_cli.embedded import load_embedded
 from locret_cli.errors import LocretError
-from locret_cli.tokenizer import encode_text
 from pdfs import one_page_objects, raw_pdf, text_pdf
 
 runner = CliRunner()
@@ -38,7 +37,7 @@ def base_pdf(tmp_path_factory):
 
 def read_all(path, tokenizer, encoding=None) -> int:
     """Read and tokenize the whole input as `ask` does; returns the token count. May raise only LocretError."""
-    chunks = token_chunks(open_document(str(path), encoding=encoding), lambda t: encode_text(tokenizer, t), 512, [0])
+    chunks = token_chunks(open_document(str(path), encoding=encoding), tokenizer, 512, [0])
     return sum(len(chunk.ids) for chunk in chunks)
 
 

@@ -27,7 +27,7 @@ from locret_cli.loading import LoadedModel, resolve_device, resolve_dtype
 from locret_cli.measure import available_memory, full_cache_bytes, peak_memory, reset_peak, weight_bytes
 from locret_cli.policies import make_policy
 from locret_cli.prompt import build_prompt, prompt_layout, stop_token_ids
-from locret_cli.tokenizer import TiktokenTokenizer, encode_text
+from locret_cli.tokenizer import TiktokenTokenizer
 
 
 @dataclass
@@ -128,8 +128,7 @@ def ask_all(engine: Engine, sample: Sample, tokenizer):
     one-question sample never holds a second copy. Yields (question, Generation)."""
     prefix = build_prompt(tokenizer, sample.questions[0].question).prefix_ids
     start = engine.clock()
-    engine.read(token_chunks(sample.document, lambda text: encode_text(tokenizer, text), engine.settings.chunk_size,
-                             prefix))
+    engine.read(token_chunks(sample.document, tokenizer, engine.settings.chunk_size, prefix))
     for i, question in enumerate(sample.questions):
         last = i == len(sample.questions) - 1
         runner = engine if last else engine.fork()
@@ -145,7 +144,7 @@ def warm_up(session: Session, settings, stop: set[int]) -> None:
     engine = Engine(model, make_policy(session.policy, model, session.heads, short.score_pool), short, stop,
                     pinned=len(prefix))
     text = "The warm-up text. " * (8 + len(prefix) // 4)  # longer than the budget, so eviction runs
-    engine.read(token_chunks(text_document(text), lambda t: encode_text(tokenizer, t), short.chunk_size, prefix))
+    engine.read(token_chunks(text_document(text), tokenizer, short.chunk_size, prefix))
     engine.answer(build_prompt(tokenizer, "Why?").question_ids)
 
 

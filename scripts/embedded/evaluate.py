@@ -28,7 +28,6 @@ from locret_cli.heads import RetainingHeads, load_heads
 from locret_cli.loading import load_model
 from locret_cli.policies import make_policy
 from locret_cli.prompt import build_prompt, stop_token_ids
-from locret_cli.tokenizer import encode_text
 from scripts.build_embedded import DEFAULTS
 from scripts.embedded.diagnose import error_kind, label_oracle, type_table, value_type
 from scripts.embedded.validation import dev_document
@@ -63,8 +62,7 @@ def evaluate(loaded, heads, lengths: list[tuple[int, str | None]], policies: lis
                 policy = (label_oracle(model, tokenizer, prefix, text, facts) if policy_name == "oracle"
                           else make_policy(policy_name, model, heads, settings.score_pool))
                 engine = Engine(model, policy, settings, stop, pinned=len(prefix))
-                engine.read(token_chunks(text_document(text), lambda t: encode_text(tokenizer, t), settings.chunk_size,
-                                         prefix))
+                engine.read(token_chunks(text_document(text), tokenizer, settings.chunk_size, prefix))
                 for fact in facts:
                     generation = engine.fork().answer(build_prompt(tokenizer, fact.question).question_ids)
                     answer = tokenizer.decode(generation.token_ids).strip()
