@@ -3,14 +3,17 @@
     from locret_cli.api import load_session
     session = load_session("Qwen/Qwen2.5-1.5B-Instruct", heads="./heads")
     result = session.ask("book.pdf", "Who signed the treaty?")
-    print(result.answer, result.to_json()["kv_cache"])
+    print(result.answer, [source.label() for source in result.sources])
+
+    reading = session.read("book.pdf")          # read once,
+    for question in ("Who signed it?", "When?"):  # ask many times
+        print(reading.ask(question).answer)
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import BinaryIO
 
 from locret_cli.documents import Document, open_document, token_chunks
@@ -18,59 +21,13 @@ from locret_cli.engine import Engine, Progress, Settings
 from locret_cli.errors import LocretError
 from locret_cli.heads import RetainingHeads, load_heads
 from locret_cli.loading import LoadedModel, load_model
-from locret_cli.measure import check_fits, full_cache_bytes, peak_memory, plan_memory, reset_peak
+from locret_cli.measure import check_fits, plan_memory, reset_peak
 from locret_cli.policies import Policy, make_policy
-from locret_cli.prompt import build_prompt, stop_token_ids
+from locret_cli.prompt import prompt_layout, stop_token_ids
+from locret_cli.reading import SOURCES_SHOWN, AskResult, DocumentInfo, Reading
+from locret_cli.sources import SourceMap
 
-
-@dataclass
-class AskResult:
-    """An answer and everything it cost. `to_json()` is the `--json` document."""
-
-    answer: str
-    model: str
-    policy: str
-    settings: Settings
-    document_tokens: int
-    pages: int | None
-    cache_kept_tokens: int
-    cache_peak_tokens: int
-    cache_peak_bytes: int
-    full_cache_bytes: int
-    memory_peak_bytes: int
-    memory_device: str
-    prefill_tokens_per_s: float
-    decode_tokens_per_s: float | None
-    time_to_first_token_s: float
-    total_s: float
-    warnings: list[str] = field(default_factory=list)
-
-    def to_json(self) -> dict:
-        return {
-            "answer": self.answer,
-            "model": self.model,
-            "document": {"tokens": self.document_tokens, "pages": self.pages},
-            "budget": self.settings.budget,
-            "chunk_size": self.settings.chunk_size,
-            "stabilizers": self.settings.stabilizers,
-            "score_pool": self.settings.score_pool,
-            "positions": self.settings.positions,
-            "policy": self.policy,
-            "kv_cache": {
-                "kept_tokens": self.cache_kept_tokens,
-                "peak_tokens": self.cache_peak_tokens,
-                "peak_bytes": self.cache_peak_bytes,
-                "full_cache_bytes": self.full_cache_bytes,
-            },
-            "memory": {"peak_bytes": self.memory_peak_bytes, "device": self.memory_device},
-            "speed": {
-                "prefill_tokens_per_s": self.prefill_tokens_per_s,
-                "decode_tokens_per_s": self.decode_tokens_per_s,
-                "time_to_first_token_s": self.time_to_first_token_s,
-                "total_s": self.total_s,
-            },
-            "warnings": self.warnings,
-        }
+QUESTION_ALLOWANCE = 256  # tokens a question is assumed to take when a document is read before it is asked
 
 
 @dataclass
@@ -91,6 +48,38 @@ class Session:
             raise LocretError(f"unknown setting(s): {', '.join(sorted(unknown))}")
         return Settings(**chosen).checked(warn)
 
+    def read(
+        self,
+        source: str | Document,
+        settings: Settings | None = None,
+        on_progress: Callable[[Progress], None] | None = None,
+        encoding: str | None = None,
+        stdin: BinaryIO | None = None,
+        force: bool = False,
+        policy: Policy | None = None,
+    ) -> Reading:
+        """Read `source` (an opened Document, a path, or `-` for stdin) once into a bounded cache; ask the Reading
+        as many questions as you like. Refuses (LocretError) a run estimated not to fit in free memory, unless
+        `force`. `policy` replaces the session's own (an evaluation's oracle, say)."""
+        warnings: list[str] = []
+        settings = settings.checked(warnings.append) if settings else self.settings(warnings.append)
+        document = source if isinstance(source, Document) else open_document(source, encoding=encoding, stdin=stdin)
+        model, tokenizer = self.loaded.model, self.loaded.tokenizer
+        prefix = prompt_layout(tokenizer).head_ids
+        policy = policy or make_policy(self.policy, model, self.heads, settings.score_pool)
+        if not force:
+            self.check_memory(policy, settings, document, QUESTION_ALLOWANCE)
+        engine = Engine(model, policy, settings, stop_token_ids(model, tokenizer), pinned=len(prefix))
+        source_map = SourceMap("page" if document.kind == "pdf" else "lines")
+        reset_peak(model.device)
+        started = engine.clock()
+        engine.read(token_chunks(document, tokenizer, settings.chunk_size, prefix, source_map), on_progress)
+        read_s = engine.clock() - started
+        info = DocumentInfo(document.name, document.kind, engine.document_tokens - len(prefix), document.pages,
+                            document.sha256, document.size_bytes, read_s)
+        return Reading(engine, tokenizer, self.loaded.name, prefix, source_map, info, read_s,
+                       warnings=warnings + document.warnings)
+
     def ask(
         self,
         source: str | Document,
@@ -100,47 +89,24 @@ class Session:
         encoding: str | None = None,
         stdin: BinaryIO | None = None,
         force: bool = False,
+        sources: int = SOURCES_SHOWN,
     ) -> AskResult:
-        """Answer `question` from `source`: an opened Document, a path, or `-` for stdin.
-
-        Refuses (LocretError) a run estimated not to fit in free memory, unless `force`."""
-        started = time.perf_counter()
+        """Read `source` and answer `question` from it: `read(...).ask(question)`."""
         if not question.strip():
             raise LocretError("the question is empty")
-        warnings: list[str] = []
-        settings = settings.checked(warnings.append) if settings else self.settings(warnings.append)
-        document = source if isinstance(source, Document) else open_document(source, encoding=encoding, stdin=stdin)
-        model, tokenizer = self.loaded.model, self.loaded.tokenizer
-        prompt = build_prompt(tokenizer, question)
-        policy = make_policy(self.policy, model, self.heads, settings.score_pool)
-        if not force:
-            self.check_memory(policy, settings, document, len(prompt.question_ids))
-        engine = Engine(model, policy, settings, stop_token_ids(model, tokenizer), pinned=len(prompt.prefix_ids))
-        reset_peak(model.device)
-        chunks = token_chunks(document, tokenizer, settings.chunk_size, prompt.prefix_ids)
-        generation = engine.run(chunks, prompt.question_ids, on_progress)
-        memory, memory_device = peak_memory(model.device)
-        warnings.extend(document.warnings)
-        prompt_tokens = generation.document_tokens + generation.question_tokens
-        return AskResult(
-            answer=tokenizer.decode(generation.token_ids, skip_special_tokens=True).strip(),
-            model=self.loaded.name,
-            policy=policy.name,
-            settings=settings,
-            document_tokens=generation.document_tokens - len(prompt.prefix_ids),
-            pages=document.pages,
-            cache_kept_tokens=generation.cache_kept_tokens,
-            cache_peak_tokens=generation.cache_peak_tokens,
-            cache_peak_bytes=generation.cache_peak_bytes,
-            full_cache_bytes=full_cache_bytes(model, prompt_tokens + len(generation.token_ids)),
-            memory_peak_bytes=memory,
-            memory_device=memory_device,
-            prefill_tokens_per_s=prompt_tokens / generation.time_to_first_token_s,
-            decode_tokens_per_s=generation.decode_steps / generation.decode_s if generation.decode_steps else None,
-            time_to_first_token_s=generation.time_to_first_token_s,
-            total_s=time.perf_counter() - started,
-            warnings=warnings,
-        )
+        return self.read(source, settings, on_progress, encoding, stdin, force).ask(question, sources=sources)
+
+    def load(self, path: str) -> Reading:
+        """The Reading saved at `path` by `Reading` + `save_reading` (`locret read -o`), without the document."""
+        from locret_cli.saved_context import load_reading
+
+        return load_reading(path, self.loaded.model, self.loaded.tokenizer, self.loaded.name, self.heads)
+
+    def open(self, source: str, settings: Settings | None = None, **read_options) -> Reading:
+        """A saved context (`*.locret`) loaded, or any other source read."""
+        from locret_cli.saved_context import is_saved_context
+
+        return self.load(source) if is_saved_context(source) else self.read(source, settings, **read_options)
 
     def check_memory(self, policy: Policy, settings: Settings, document: Document, question_tokens: int) -> None:
         """Refuse a run estimated not to fit in free memory, naming the setting to lower. A full cache grows with
@@ -166,8 +132,10 @@ def load_session(
     dtype: str = "auto",
     load_4bit: bool = False,
     trust_remote_code: bool = False,
+    heads_required: bool = True,
 ) -> Session:
-    """Load a model (the embedded default when `model` is None) and the heads the policy needs."""
+    """Load a model (the embedded default when `model` is None) and the heads the policy needs. A session that only
+    answers from saved contexts needs no heads: pass heads_required=False."""
     if model is None:
         from locret_cli.embedded import load_embedded
 
@@ -178,7 +146,7 @@ def load_session(
         return Session(loaded, chosen_heads, policy)
     loaded = load_model(model, device, dtype, load_4bit, trust_remote_code)
     chosen_heads = load_heads(heads, loaded.model) if heads else None
-    if policy == "locret" and chosen_heads is None:
+    if policy == "locret" and chosen_heads is None and heads_required:
         raise LocretError(
             "the locret policy needs retaining heads for this model: pass --heads DIR "
             "(train them with `locret train`), or choose --policy streaming or full"
@@ -186,4 +154,4 @@ def load_session(
     return Session(loaded, chosen_heads, policy)
 
 
-__all__ = ["AskResult", "Session", "load_session"]
+__all__ = ["AskResult", "Reading", "Session", "load_session"]

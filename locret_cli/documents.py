@@ -13,6 +13,7 @@ file full of NUL bytes is refused as binary rather than read.
 from __future__ import annotations
 
 import codecs
+import hashlib
 import mmap
 import sys
 from collections.abc import Callable, Iterator
@@ -21,7 +22,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from locret_cli.errors import LocretError
-from locret_cli.tokenizer import encode_text
+from locret_cli.sources import SourceMap
+from locret_cli.tokenizer import encode_text, encode_text_with_offsets
 
 TEXT_BLOCK_CHARS = 65536
 READ_BYTES = 1 << 20
@@ -49,6 +51,8 @@ class Document:
     segments: Callable[[], Iterator[Segment]]
     warnings: list[str] = field(default_factory=list)
     pages: int | None = None
+    sha256: str | None = None  # of the bytes read; set once `segments()` is exhausted
+    size_bytes: int | None = None
 
 
 @dataclass
@@ -100,6 +104,7 @@ def _text_document(name: str, opener: Callable[[], BinaryIO], size: int | None, 
             return "\ufffd", exc.end
 
         codecs.register_error("locret-count", count_and_replace)
+        digest = hashlib.sha256()
         try:
             first = stream.read(READ_BYTES)
             chosen = _choose_encoding(encoding, first)
@@ -111,6 +116,7 @@ def _text_document(name: str, opener: Callable[[], BinaryIO], size: int | None, 
                     raise LocretError(f"{name} holds binary data (NUL bytes after byte {done:,}), not text; "
                                       "pass --encoding if it is UTF-16 or UTF-32")
                 done += len(block)
+                digest.update(block)
                 text = _decode(decoder, block, name, chosen)
                 if text:
                     yield Segment(text, None, done)
@@ -121,6 +127,7 @@ def _text_document(name: str, opener: Callable[[], BinaryIO], size: int | None, 
         finally:
             if stream is not sys.stdin.buffer:
                 stream.close()
+        doc.sha256, doc.size_bytes = digest.hexdigest(), done
         if replaced:
             hint = "" if encoding else "; pass --encoding if the file is not UTF-8"
             doc.warnings.append(f"{name}: {replaced} invalid {chosen} byte(s) replaced with U+FFFD{hint}")
@@ -211,6 +218,7 @@ def _pdf_document(path: Path) -> Document:
                 if text.strip():
                     with_text += 1
                     yield Segment(text + "\n\n", number, number)
+            doc.sha256, doc.size_bytes = hashlib.sha256(mapped).hexdigest(), len(mapped)
         finally:
             close()
         if with_text == 0:
@@ -227,16 +235,19 @@ def _first_line(exc: Exception) -> str:
     return text.splitlines()[0][:200] if text else "no details"
 
 
-def token_chunks(document: Document, tokenizer, chunk_size: int, prefix_ids: list[int]) -> Iterator[TokenChunk]:
+def token_chunks(document: Document, tokenizer, chunk_size: int, prefix_ids: list[int],
+                 source_map: SourceMap | None = None) -> Iterator[TokenChunk]:
     """Tokenize `document` incrementally and yield chunks of `chunk_size` ids; the first starts with `prefix_ids`.
 
-    The document is data: it goes through `encode_text`, so its special-token strings stay ordinary text.
+    The document is data: it goes through `encode_text`, so its special-token strings stay ordinary text. Given a
+    `source_map` (of the document's kind), records where each page or paragraph starts as it goes.
 
     Raises LocretError if the document holds no text at all.
     """
     ids: list[int] = list(prefix_ids)
     first_page = last_page = None
     units = 0
+    consumed = len(prefix_ids)  # token index of the next id to be encoded
     pending = ""
     seen_text = False
 
@@ -247,6 +258,18 @@ def token_chunks(document: Document, tokenizer, chunk_size: int, prefix_ids: lis
             yield TokenChunk(chunk, first_page, last_page, units)
             first_page = last_page
 
+    def encode(text: str, page: int | None) -> None:
+        nonlocal consumed
+        if source_map is not None and page is None:
+            piece, offsets = encode_text_with_offsets(tokenizer, text)
+            source_map.add_text(consumed, text, offsets)
+        else:
+            piece = encode_text(tokenizer, text)
+            if source_map is not None and piece:
+                source_map.add_page(consumed, page)
+        ids.extend(piece)
+        consumed += len(piece)
+
     for segment in document.segments():
         units = segment.units_done
         if segment.page is not None:
@@ -256,11 +279,11 @@ def token_chunks(document: Document, tokenizer, chunk_size: int, prefix_ids: lis
         pending += segment.text
         while len(pending) >= TEXT_BLOCK_CHARS or (segment.page is not None and pending):
             cut = _cut_point(pending) if segment.page is None else len(pending)
-            ids.extend(encode_text(tokenizer, pending[:cut]))
+            encode(pending[:cut], segment.page)
             pending = pending[cut:]
             yield from take(final=False)
     if pending:
-        ids.extend(encode_text(tokenizer, pending))
+        encode(pending, None)
     if not seen_text:
         raise LocretError(f"{document.name} is empty: there is no text to read")
     yield from take(final=True)

@@ -9,12 +9,13 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable, Iterable
-from contextlib import ExitStack
+from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass, replace
 
 import torch
 
 from locret_cli.cache import LocretCache
+from locret_cli.citations import AttentionTally
 from locret_cli.capture import capture_qkv
 from locret_cli.documents import TokenChunk
 from locret_cli.errors import LocretError
@@ -125,13 +126,18 @@ class Engine:
                 on_progress(Progress(self.seen, chunk.units_done, chunk.first_page, chunk.last_page, self.cache.length()))
         self.document_tokens, self.kept_tokens = self.seen, self.cache.length()
 
-    def answer(self, question_ids: list[int], start: float | None = None) -> Generation:
-        """Prefill the question without eviction and decode; `start` is when reading began (default: now)."""
+    def answer(self, question_ids: list[int], start: float | None = None,
+               on_token: Callable[[int], None] | None = None, tally: AttentionTally | None = None) -> Generation:
+        """Prefill the question without eviction and decode; `start` is when reading began (default: now).
+
+        `on_token` hears each answer token as it is chosen; `tally`, if given, adds up the attention the answer pays
+        to the document's entries (for citations)."""
         start = self.clock() if start is None else start
-        logits = self.forward(question_ids, score=False)
-        first = self.pick(logits)
-        first_token_at = self.clock()
-        tokens, steps = self.decode(first)
+        with observe_attention(self.model, tally.observe) if tally is not None else nullcontext():
+            logits = self.forward(question_ids, score=False)
+            first = self.pick(logits)
+            first_token_at = self.clock()
+            tokens, steps = self.decode(first, on_token)
         end = self.clock()
         return Generation(
             token_ids=tokens,
@@ -145,11 +151,13 @@ class Engine:
             decode_steps=steps,
         )
 
-    def fork(self) -> "Engine":
-        """An engine sharing the model, with its own copy of the cache: ask it a question, keep this one intact."""
+    def fork(self, settings: Settings | None = None) -> "Engine":
+        """An engine sharing the model and, until either changes them, the cache's tensors: ask it a question and
+        this one stays intact. `settings` (default: these) should differ only in how answers are decoded."""
         clone = copy.copy(self)
-        clone.cache = copy.deepcopy(self.cache)
-        clone.generator = torch.Generator(device="cpu").manual_seed(self.settings.seed)
+        clone.cache = self.cache.fork()
+        clone.settings = settings or self.settings
+        clone.generator = torch.Generator(device="cpu").manual_seed(clone.settings.seed)
         return clone
 
     @torch.no_grad()
@@ -179,7 +187,7 @@ class Engine:
         else:
             positions = token_index
         self._sync_frequencies(positions)
-        self.cache.stage(positions)
+        self.cache.stage(positions, token_index)
         with ExitStack() as scoring:
             if score:
                 scoring.enter_context(capture_qkv(self.model, self._scorer(token_index)))
@@ -215,11 +223,13 @@ class Engine:
         elif not torch.equal(frequencies, self.cache.frequencies):
             self.cache.move_keys(None, frequencies)
 
-    def decode(self, first: int) -> tuple[list[int], int]:
+    def decode(self, first: int, on_token: Callable[[int], None] | None = None) -> tuple[list[int], int]:
         """Greedy (or sampled) decoding from `first` until a stop token or max_new_tokens; returns (tokens, steps)."""
         tokens, steps, token = [], 0, first
         while token not in self.stop_ids:
             tokens.append(token)
+            if on_token:
+                on_token(token)
             if len(tokens) >= self.settings.max_new_tokens:
                 break
             token = self.pick(self.forward([token], score=False))

@@ -6,6 +6,7 @@ training prompt) is encoded with `encode_text`, so a `<|im_end|>` inside a docum
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from locret_cli.errors import LocretError
@@ -54,6 +55,39 @@ def build_prompt(tokenizer, question: str) -> PromptParts:
     """The ids before and after the document for `question`, laid out as `prompt_layout` says."""
     layout = prompt_layout(tokenizer)
     return PromptParts(layout.head_ids, encode_text(tokenizer, question_text(question)) + layout.tail_ids)
+
+
+def conversation_ids(tokenizer, history: Sequence[tuple[str, str]], question: str) -> list[int]:
+    """The ids after the document for `question` asked after the earlier turns `history` ((question, answer), oldest
+    first). The first question closes the message holding the document; each later one is a message of its own. The
+    questions and answers are data (`encode_text`); only the template's own text may hold control tokens."""
+    if not history:
+        return build_prompt(tokenizer, question).question_ids
+    texts = [question_text(history[0][0]), history[0][1]]
+    for asked, answered in history[1:]:
+        texts += [asked.strip(), answered]
+    texts.append(question.strip())
+    if not getattr(tokenizer, "chat_template", None):
+        ids = []
+        for i, text in enumerate(texts):
+            is_answer = i % 2 == 1
+            ids += encode_text(tokenizer, (" " + text) if is_answer else question_text(text) if i else text)
+            if not is_answer:
+                ids += encode_text(tokenizer, NO_TEMPLATE_TAIL)
+        return ids
+    markers = [f"\x00LOCRET-TURN-{i}\x00" for i in range(len(texts))]
+    messages = [{"role": "assistant" if i % 2 else "user", "content": m} for i, m in enumerate(markers)]
+    rendered = _render(tokenizer, messages, add_generation_prompt=True)
+    if any(rendered.count(m) != 1 for m in markers):
+        raise LocretError("this model's chat template does not keep every turn of a conversation; ask one question "
+                          "at a time instead")
+    ids = []
+    for marker, text in zip(markers, texts):
+        glue, rendered = rendered.split(marker)
+        if marker != markers[0]:
+            ids += _control_ids(tokenizer, glue)
+        ids += encode_text(tokenizer, text)
+    return ids + _control_ids(tokenizer, rendered)
 
 
 def end_of_turn_id(tokenizer, model) -> int:

@@ -6,8 +6,10 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from locret_cli.api import AskResult
 from locret_cli.measure import human_bytes
+from locret_cli.reading import AskResult, Reading
+from locret_cli.saved_context import SavedContext
+from locret_cli.sources import Source
 
 
 def cost_table(result: AskResult) -> Table:
@@ -16,12 +18,14 @@ def cost_table(result: AskResult) -> Table:
     table.add_column("measure")
     table.add_column("value", justify="right")
     s = result.settings
-    pages = "-" if result.pages is None else str(result.pages)
+    pages = "-" if result.document.pages is None else str(result.document.pages)
     saved = result.full_cache_bytes / result.cache_peak_bytes if result.cache_peak_bytes else 0
     decode = "-" if result.decode_tokens_per_s is None else f"{result.decode_tokens_per_s:,.1f}"
+    first = ("loading " + result.loaded_from, f"{result.read_s:.3f} s") if result.loaded_from else \
+        ("reading the document", f"{result.read_s:.2f} s")
     rows = [
         ("model", result.model),
-        ("document tokens / pages", f"{result.document_tokens:,} / {pages}"),
+        ("document tokens / pages", f"{result.document.tokens:,} / {pages}"),
         ("policy, positions", f"{result.policy}, {s.positions}"),
         ("budget / chunk / stabilizers", f"{s.budget:,} / {s.chunk_size:,} / {s.stabilizers:,}"),
         ("tokens kept in the cache (per head)", f"{result.cache_kept_tokens:,}"),
@@ -31,8 +35,65 @@ def cost_table(result: AskResult) -> Table:
         (f"peak memory ({result.memory_device})", human_bytes(result.memory_peak_bytes)),
         ("prefill tokens/s", f"{result.prefill_tokens_per_s:,.1f}"),
         ("decode tokens/s", decode),
+        first,
+        ("answering", f"{result.answer_s:.2f} s"),
         ("time to first token", f"{result.time_to_first_token_s:.2f} s"),
         ("total", f"{result.total_s:.2f} s"),
+    ]
+    for name, value in rows:
+        table.add_row(name, value)
+    return table
+
+
+def sources_line(sources: list[Source]) -> str:
+    """'sources: p. 37 (0.61), p. 112 (0.22)'."""
+    return "sources: " + ", ".join(f"{s.label()} ({s.weight:.2f})" for s in sources)
+
+
+def answers_table(results: list[AskResult]) -> Table:
+    """One row per question: the answer and the pages it drew on."""
+    table = Table(title="Answers", header_style="bold", show_lines=True)
+    for name in ("#", "question", "answer", "sources"):
+        table.add_column(name, overflow="fold")
+    for i, r in enumerate(results, 1):
+        cited = "-" if not r.sources else ", ".join(f"{s.label()} ({s.weight:.2f})" for s in r.sources)
+        table.add_row(str(i), r.question, r.answer, cited)
+    return table
+
+
+def multi_cost_table(results: list[AskResult]) -> Table:
+    """One read (or load), then each answer's time: what reading once saved."""
+    first = results[0]
+    table = Table(title="What it cost", header_style="bold")
+    table.add_column("step")
+    table.add_column("time", justify="right")
+    table.add_column("share of reading the document", justify="right")
+    doc = first.document
+    table.add_row(f"reading {doc.tokens:,} tokens" + (" (earlier, saved)" if first.loaded_from else ""),
+                  f"{doc.read_s:.2f} s", "")
+    if first.loaded_from:
+        table.add_row(f"loading {first.loaded_from}", f"{first.read_s:.3f} s", f"{first.read_s / doc.read_s:.1%}")
+    for i, r in enumerate(results, 1):
+        table.add_row(f"answer {i}", f"{r.answer_s:.3f} s", f"{r.answer_s / first.document.read_s:.1%}")
+    table.add_row("total", f"{first.read_s + sum(r.answer_s for r in results):.2f} s", "")
+    return table
+
+
+def saved_table(reading: Reading, saved: SavedContext) -> Table:
+    """What `locret read` wrote and what reading cost."""
+    table = Table(title=f"Saved {saved.path}", header_style="bold")
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    s, doc = reading.settings, reading.document
+    rows = [
+        ("model", reading.model_name),
+        ("document tokens / pages", f"{doc.tokens:,} / {'-' if doc.pages is None else doc.pages}"),
+        ("policy, budget / chunk / stabilizers",
+         f"{reading.engine.policy.name}, {s.budget:,} / {s.chunk_size:,} / {s.stabilizers:,}"),
+        ("entries kept per head", f"{saved.entries:,}"),
+        ("file size", human_bytes(saved.size_bytes)),
+        ("bytes per entry and head", f"{saved.bytes_per_entry:,.1f}"),
+        ("reading the document", f"{reading.read_s:.2f} s ({doc.tokens / reading.read_s:,.0f} tok/s)"),
     ]
     for name, value in rows:
         table.add_row(name, value)

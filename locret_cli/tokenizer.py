@@ -27,6 +27,23 @@ def encode_text(tokenizer, text: str) -> list[int]:
     return list(tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True)) if text else []
 
 
+def encode_text_with_offsets(tokenizer, text: str) -> tuple[list[int], list[int]]:
+    """`encode_text`'s ids, and where each token starts in `text` (a character offset), for citing lines.
+
+    A tokenizer that cannot report offsets (a slow, pure-Python one) gets them spread evenly over the text."""
+    if not text:
+        return [], []
+    if isinstance(tokenizer, TiktokenTokenizer):
+        ids = tokenizer.encoding.encode_ordinary(text)
+        return ids, tokenizer.encoding.decode_with_offsets(ids)[1]
+    try:
+        encoded = tokenizer(text, add_special_tokens=False, split_special_tokens=True, return_offsets_mapping=True)
+    except NotImplementedError:
+        ids = encode_text(tokenizer, text)
+        return ids, [i * len(text) // len(ids) for i in range(len(ids))]
+    return list(encoded["input_ids"]), [start for start, _ in encoded["offset_mapping"]]
+
+
 class TiktokenTokenizer:
     """tiktoken BPE with a minimal chat format: <|user|>\\n{message}<|end|>\\n<|assistant|>\\n."""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -43,7 +44,13 @@ def test_json_document_has_every_key_and_nothing_else_on_stdout(doc):
     data = json.loads(result.stdout)
     assert set(data) >= {"answer", "document", "budget", "chunk_size", "policy", "kv_cache", "memory", "speed"}
     embedded, _ = load_embedded("cpu")
-    assert data["document"] == {"tokens": len(embedded.tokenizer.encode(DOCUMENT)), "pages": None}
+    document = dict(data["document"])
+    assert document.pop("read_s") > 0
+    assert document == {"name": str(doc), "kind": "text", "tokens": len(embedded.tokenizer.encode(DOCUMENT)),
+                        "pages": None, "sha256": hashlib.sha256(DOCUMENT.encode()).hexdigest(),
+                        "size_bytes": len(DOCUMENT.encode())}
+    assert data["question"] == "What is the gate code?" and data["context"] == {"loaded_from": None}
+    assert [set(s) for s in data["sources"]] == [{"lines", "weight"}] and data["sources"][0]["lines"] == [1, 1]
     assert (data["budget"], data["chunk_size"], data["policy"]) == (1024, 512, "locret")
     assert data["score_pool"] == embedded.defaults.get("score_pool", 1)
     assert set(data["kv_cache"]) == {"kept_tokens", "peak_tokens", "peak_bytes", "full_cache_bytes"}
@@ -51,7 +58,8 @@ def test_json_document_has_every_key_and_nothing_else_on_stdout(doc):
     assert data["kv_cache"]["peak_tokens"] == 1024 + 512
     assert 0 < data["kv_cache"]["peak_bytes"] < data["kv_cache"]["full_cache_bytes"]
     assert set(data["memory"]) == {"peak_bytes", "device"} and data["memory"]["peak_bytes"] > 0
-    assert set(data["speed"]) == {"prefill_tokens_per_s", "decode_tokens_per_s", "time_to_first_token_s", "total_s"}
+    assert set(data["speed"]) == {"read_s", "answer_s", "prefill_tokens_per_s", "decode_tokens_per_s",
+                                  "time_to_first_token_s", "total_s"}
     assert data["speed"]["prefill_tokens_per_s"] > 0
 
 

@@ -18,15 +18,12 @@ import torch
 from locret_cli.api import Session, load_session
 from locret_cli.arch import random_model
 from locret_cli.bench.flops import FlopCounter, counting
-from locret_cli.bench.tasks import Sample, contains_match, data_samples, generated_samples, text_document
-from locret_cli.documents import token_chunks
-from locret_cli.engine import Engine
+from locret_cli.bench.tasks import contains_match, data_samples, generated_samples, text_document
 from locret_cli.errors import LocretError
 from locret_cli.heads import RetainingHeads
 from locret_cli.loading import LoadedModel, resolve_device, resolve_dtype
 from locret_cli.measure import available_memory, full_cache_bytes, peak_memory, reset_peak, weight_bytes
-from locret_cli.policies import make_policy
-from locret_cli.prompt import build_prompt, prompt_layout, stop_token_ids
+from locret_cli.prompt import prompt_layout
 from locret_cli.tokenizer import TiktokenTokenizer
 
 
@@ -66,33 +63,30 @@ def run_cell(spec: CellSpec) -> dict:
     session = open_session(spec)
     model, tokenizer = session.loaded.model, session.loaded.tokenizer
     settings = session.settings(**spec.settings)
-    stop = stop_token_ids(model, tokenizer)
     if spec.policy == "full" and spec.length is not None:
         reason = full_cache_misfit(model, spec.length + 256 + settings.max_new_tokens, spec.memory_limit_bytes)
         if reason:
             return {"skipped": reason, "model": session.loaded.name, "settings": asdict(settings)}
     samples = data_samples(spec.data) if spec.data else generated_samples(spec.task, tokenizer, spec.length,
                                                                           spec.samples)
-    warm_up(session, settings, stop)
+    warm_up(session, settings)
     reset_peak(model.device)
     counter = FlopCounter(model)
     exact, contains, ttft, prefill, decode_s, decode_steps, tokens, kv_peak = [], [], [], [], 0.0, 0, [], 0
     started = time.perf_counter()
     with counting(model, counter):
         for sample in samples:
-            engine = Engine(model, make_policy(spec.policy, model, session.heads, settings.score_pool), settings,
-                            stop, pinned=len(prompt_layout(tokenizer).head_ids))
-            for i, (question, generation) in enumerate(ask_all(engine, sample, tokenizer)):
-                answer = tokenizer.decode(generation.token_ids, skip_special_tokens=True).strip()
-                exact.append(question.is_exact(answer))
-                contains.append(contains_match(answer, question.answer))
-                decode_s, decode_steps = decode_s + generation.decode_s, decode_steps + generation.decode_steps
-                kv_peak = max(kv_peak, generation.cache_peak_bytes)
+            reading = session.read(sample.document, settings, force=True)
+            for i, question in enumerate(sample.questions):
+                result = reading.ask(question.question, sources=0)
+                exact.append(question.is_exact(result.answer))
+                contains.append(contains_match(result.answer, question.answer))
+                decode_s, decode_steps = decode_s + result.decode_s, decode_steps + result.decode_steps
+                kv_peak = max(kv_peak, result.cache_peak_bytes)
                 if i == 0:
-                    ttft.append(generation.time_to_first_token_s)
-                    prefill.append((generation.document_tokens + generation.question_tokens)
-                                   / generation.time_to_first_token_s)
-                    tokens.append(generation.document_tokens)
+                    ttft.append(result.time_to_first_token_s)
+                    prefill.append(result.prefill_tokens_per_s)
+                    tokens.append(result.document.tokens)
     measured_s = time.perf_counter() - started
     peak, peak_kind = peak_memory(model.device)
     meaningful = spec.arch is None
@@ -123,29 +117,12 @@ def full_cache_misfit(model, tokens: int, limit: int | None) -> str | None:
     return f"would need {need / 2**30:.1f} GiB of KV cache; {max(room, 0) / 2**30:.1f} GiB free"
 
 
-def ask_all(engine: Engine, sample: Sample, tokenizer):
-    """Read the sample's document once, then answer each question; all but the last on a fork of the cache, so a
-    one-question sample never holds a second copy. Yields (question, Generation)."""
-    prefix = build_prompt(tokenizer, sample.questions[0].question).prefix_ids
-    start = engine.clock()
-    engine.read(token_chunks(sample.document, tokenizer, engine.settings.chunk_size, prefix))
-    for i, question in enumerate(sample.questions):
-        last = i == len(sample.questions) - 1
-        runner = engine if last else engine.fork()
-        ids = build_prompt(tokenizer, question.question).question_ids
-        yield question, runner.answer(ids, start if i == 0 else None)
-
-
-def warm_up(session: Session, settings, stop: set[int]) -> None:
+def warm_up(session: Session, settings) -> None:
     """One short run through the same code paths (two chunks, so eviction runs too), left out of the figures."""
-    model, tokenizer = session.loaded.model, session.loaded.tokenizer
-    prefix = build_prompt(tokenizer, "Why?").prefix_ids
+    prefix = prompt_layout(session.loaded.tokenizer).head_ids
     short = replace(settings, budget=len(prefix) + 16, stabilizers=4, chunk_size=16, max_new_tokens=2)
-    engine = Engine(model, make_policy(session.policy, model, session.heads, short.score_pool), short, stop,
-                    pinned=len(prefix))
     text = "The warm-up text. " * (8 + len(prefix) // 4)  # longer than the budget, so eviction runs
-    engine.read(token_chunks(text_document(text), tokenizer, short.chunk_size, prefix))
-    engine.answer(build_prompt(tokenizer, "Why?").question_ids)
+    session.read(text_document(text), short, force=True).ask("Why?", sources=0)
 
 
 def main() -> None:

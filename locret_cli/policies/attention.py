@@ -55,7 +55,7 @@ class H2OPolicy(AttentionScoredPolicy):
     name = "h2o"
 
     def observe(self, layer_idx, query, key, scaling, layer):
-        layer.scores += received_attention(query, key, scaling)
+        layer.scores = layer.scores + received_attention(query, key, scaling)  # out of place: forks share it
 
 
 class SnapKVPolicy(AttentionScoredPolicy):

@@ -1,8 +1,8 @@
 """Exact-match accuracy of a model on dev documents: held-out vocabulary, seeds training never used.
 
 Each document holds one pass key and (by default) four attribute facts at random depths, in filler mixing template prose, the
-held-out part of the reference text and word salad. The document is read once per policy; each question is then
-answered on a fork of the engine (eviction does not depend on the question).
+held-out part of the reference text and word salad. The document is read once per policy (`Session.read`); each
+question is then answered on a fork of its cache (eviction does not depend on the question).
 
     python -m scripts.embedded.evaluate --model runs/embedded/model --heads runs/embedded/heads \\
         --lengths 2000:full,32000,128000 --policies locret,streaming --documents 10
@@ -21,13 +21,12 @@ from dataclasses import dataclass
 
 import torch
 
+from locret_cli.api import Session
 from locret_cli.bench.tasks import text_document
-from locret_cli.documents import token_chunks
-from locret_cli.engine import Engine, Settings
+from locret_cli.engine import Settings
 from locret_cli.heads import RetainingHeads, load_heads
 from locret_cli.loading import load_model
-from locret_cli.policies import make_policy
-from locret_cli.prompt import build_prompt, stop_token_ids
+from locret_cli.prompt import prompt_layout
 from scripts.build_embedded import DEFAULTS
 from scripts.embedded.diagnose import error_kind, label_oracle, type_table, value_type
 from scripts.embedded.validation import dev_document
@@ -50,25 +49,22 @@ class Outcome:
 def evaluate(loaded, heads, lengths: list[tuple[int, str | None]], policies: list[str], documents: int,
              settings: Settings, log, attributes: int = 4, passkey: bool = True) -> list[Outcome]:
     tokenizer, model = loaded.tokenizer, loaded.model
-    stop = stop_token_ids(model, tokenizer)
     outcomes = []
     for length, only in lengths:
         for d in range(documents):
             facts, text = dev_document(tokenizer, random.Random(DEV_SEED + 97 * length + d), length, attributes,
                                        passkey)
-            prefix = build_prompt(tokenizer, facts[0].question).prefix_ids
+            prefix = prompt_layout(tokenizer).head_ids
             for policy_name in ([only] if only else policies):
                 started = time.perf_counter()
-                policy = (label_oracle(model, tokenizer, prefix, text, facts) if policy_name == "oracle"
-                          else make_policy(policy_name, model, heads, settings.score_pool))
-                engine = Engine(model, policy, settings, stop, pinned=len(prefix))
-                engine.read(token_chunks(text_document(text), tokenizer, settings.chunk_size, prefix))
+                session = Session(loaded, heads, policy_name)
+                oracle = label_oracle(model, tokenizer, prefix, text, facts) if policy_name == "oracle" else None
+                reading = session.read(text_document(text), settings, force=True, policy=oracle)
                 for fact in facts:
-                    generation = engine.fork().answer(build_prompt(tokenizer, fact.question).question_ids)
-                    answer = tokenizer.decode(generation.token_ids).strip()
+                    answer = reading.ask(fact.question, sources=0).answer
                     outcomes.append(Outcome(policy_name, length, fact.kind, answer == fact.reply, answer, fact.reply,
                                             value_type(fact), error_kind(answer, fact, facts)))
-                log(f"{policy_name} length {length} document {d}: {engine.document_tokens} tokens, "
+                log(f"{policy_name} length {length} document {d}: {reading.engine.document_tokens} tokens, "
                     f"{sum(o.correct for o in outcomes[-len(facts):])}/{len(facts)} right, "
                     f"{time.perf_counter() - started:.1f} s")
     return outcomes

@@ -1,0 +1,71 @@
+"""The `locret` command line: parse, call the API, render. Nothing else lives here.
+
+One module per command family: `ask` (read, ask), `chat`, `train` and `bench`; shared options in `options`.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import sys
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from locret_cli.errors import LocretError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Ask questions of documents far longer than a normal KV cache could hold (Locret, arXiv 2410.01805).",
+)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from locret_cli import __version__
+
+        sys.stdout.write(f"locret {__version__}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
+    """Read documents once and ask them questions; train heads; benchmark policies."""
+
+
+def quiet_libraries() -> None:
+    """Our own progress and messages replace the libraries' bars and log lines on stderr."""
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    logging.getLogger("pypdf").setLevel(logging.ERROR)
+
+
+def domain_errors(command):
+    """Turn LocretError into one line on stderr and exit status 1; Ctrl-C into status 130."""
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except LocretError as exc:
+            Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {exc}", markup=True)
+            raise typer.Exit(1) from None
+        except KeyboardInterrupt:
+            Console(stderr=True).print("interrupted")
+            raise typer.Exit(130) from None
+
+    return wrapper
+
+
+def main() -> None:
+    app()
+
+
+from locret_cli.cli import ask, bench, chat, train  # noqa: E402,F401  registers the commands on `app`

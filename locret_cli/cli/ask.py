@@ -1,0 +1,139 @@
+"""`locret read` (a document into a saved context) and `locret ask` (one or many questions, with sources)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from locret_cli.cli import app, domain_errors, quiet_libraries
+from locret_cli.cli import options as o
+from locret_cli.errors import LocretError
+
+
+@app.command()
+@domain_errors
+def read(
+    source: Annotated[str, typer.Argument(help="A .pdf or text file, or - to read stdin.")],
+    output: Annotated[str, typer.Option("-o", "--output", help="Where to save the read context; must end in .locret.")],
+    model: o.Model = None, heads: o.Heads = None, policy: o.PolicyName = None, budget: o.Budget = None,
+    chunk_size: o.ChunkSize = None, stabilizers: o.Stabilizers = None, positions: o.Positions = None,
+    score_pool: o.ScorePool = None, device: o.Device = "auto", dtype: o.Dtype = "auto", load_4bit: o.Load4bit = False,
+    trust_remote_code: o.TrustRemoteCode = False, encoding: o.Encoding = None, kept_map: o.KeptMap = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace OUTPUT if it exists, and run even when the estimated memory need exceeds what is free.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout and nothing else.")] = False,
+    quiet: o.Quiet = False,
+) -> None:
+    """Read the document at SOURCE once and save its bounded cache to OUTPUT, to ask it later with `locret ask`."""
+    from locret_cli.report import saved_table
+    from locret_cli.saved_context import check_output, save_reading
+
+    quiet_libraries()
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    check_output(output, force)
+    if kept_map:
+        check_output(kept_map, force, suffix=".png")
+    choice = o.ModelChoice(model, heads, policy, device, dtype, load_4bit, trust_remote_code)
+    session, reading, _ = o.open_reading(source, choice, o.ReadChoice(budget, chunk_size, stabilizers, positions,
+                                                                      score_pool), {}, err, quiet, encoding, force)
+    for message in reading.warnings:
+        err.print(f"[yellow]warning:[/] {message}")
+    saved = save_reading(reading, output, session.heads, force)
+    if kept_map:
+        draw_kept_map(reading, [], kept_map, force)
+    if as_json:
+        sys.stdout.write(json.dumps({**vars(saved), "document": reading.document.to_json(), "read_s": reading.read_s,
+                                     "model": reading.model_name, "policy": reading.engine.policy.name,
+                                     "settings": vars(reading.settings)}) + "\n")
+    elif not quiet:
+        err.print(saved_table(reading, saved))
+
+
+@app.command()
+@domain_errors
+def ask(
+    source: Annotated[str, typer.Argument(help="A .pdf or text file, - to read stdin, or a context saved by `locret read` (.locret).")],
+    question: Annotated[Optional[str], typer.Argument(help="The question to answer from the document.")] = None,
+    questions: Annotated[Optional[list[str]], typer.Option("-Q", "--question", help="A question; repeat for several, all answered from one read.")] = None,
+    questions_file: Annotated[Optional[str], typer.Option("--questions", help="A file of questions: one per line, or JSONL with a \"question\" key.")] = None,
+    model: o.Model = None, heads: o.Heads = None, policy: o.PolicyName = None, budget: o.Budget = None,
+    chunk_size: o.ChunkSize = None, stabilizers: o.Stabilizers = None, positions: o.Positions = None,
+    score_pool: o.ScorePool = None, max_new_tokens: o.MaxNewTokens = None, temperature: o.Temperature = 0.0,
+    top_p: o.TopP = 1.0, seed: o.Seed = 0, device: o.Device = "auto", dtype: o.Dtype = "auto",
+    load_4bit: o.Load4bit = False, trust_remote_code: o.TrustRemoteCode = False, encoding: o.Encoding = None,
+    force: o.Force = False, kept_map: o.KeptMap = None,
+    no_sources: Annotated[bool, typer.Option("--no-sources", help="Do not work out which pages each answer drew on.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout (all the answers) and nothing else.")] = False,
+    as_jsonl: Annotated[bool, typer.Option("--jsonl", help="Print one JSON line per answer on stdout, as each is ready.")] = False,
+    quiet: o.Quiet = False,
+) -> None:
+    """Answer questions from the document at SOURCE, reading it once, with the pages each answer drew on."""
+    from locret_cli.questions import load_questions
+    from locret_cli.reading import SOURCES_SHOWN
+    from locret_cli.report import answers_table, cost_table, multi_cost_table, sources_line
+
+    quiet_libraries()
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    out = Console(highlight=False, soft_wrap=True)
+    asked = ([question] if question is not None else []) + (questions or [])
+    asked += load_questions(questions_file) if questions_file else []
+    if not asked:
+        raise LocretError("give a QUESTION, one or more -Q, or --questions FILE")
+    if any(not q.strip() for q in asked):
+        raise LocretError("the question is empty")
+    if as_json and as_jsonl:
+        raise LocretError("choose one of --json and --jsonl")
+    if kept_map:
+        from locret_cli.saved_context import check_output
+
+        check_output(kept_map, False, suffix=".png")
+    choice = o.ModelChoice(model, heads, policy, device, dtype, load_4bit, trust_remote_code)
+    answer = {k: v for k, v in dict(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+                                    seed=seed).items() if v is not None}
+    _, reading, settings = o.open_reading(source, choice, o.ReadChoice(budget, chunk_size, stabilizers, positions,
+                                                                       score_pool), answer, err, quiet, encoding, force)
+    for message in reading.warnings:
+        err.print(f"[yellow]warning:[/] {message}")
+    results = []
+    for text in asked:
+        result = reading.ask(text, settings, sources=0 if no_sources else SOURCES_SHOWN)
+        results.append(result)
+        if as_jsonl:
+            sys.stdout.write(json.dumps(result.to_json()) + "\n")
+            sys.stdout.flush()
+    if kept_map:
+        draw_kept_map(reading, results[0].sources or [], kept_map)
+    if as_jsonl:
+        return
+    if as_json:
+        document = results[0].to_json() if len(results) == 1 else {"answers": [r.to_json() for r in results]}
+        sys.stdout.write(json.dumps(document) + "\n")
+        return
+    if len(results) == 1:
+        result = results[0]
+        out.print(result.answer, markup=False)
+        if result.sources and not quiet:
+            out.print(sources_line(result.sources), style="dim", markup=False)
+        if not result.answer and not quiet:
+            err.print("[yellow]warning:[/] the model gave an empty answer (it stopped at once)")
+        if not quiet:
+            err.print(cost_table(result))
+        return
+    if quiet:
+        for result in results:
+            out.print(result.answer, markup=False)
+        return
+    out.print(answers_table(results))
+    err.print(multi_cost_table(results))
+
+
+def draw_kept_map(reading, cited, path: str, force: bool = False) -> None:
+    from locret_cli.kept_map import write_kept_map
+
+    labels, kept = reading.kept_map()
+    title = (f"{reading.document.name}: {reading.engine.kept_tokens:,} entries kept per head of "
+             f"{reading.document.tokens:,} tokens")
+    write_kept_map(labels, kept, [s.label() for s in cited], path, title, force)

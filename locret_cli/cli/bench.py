@@ -1,0 +1,68 @@
+"""`locret bench`: every policy on the same documents, side by side."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from locret_cli.cli import app, domain_errors
+from locret_cli.errors import LocretError
+
+
+@app.command()
+@domain_errors
+def bench(
+    model: Annotated[Optional[str], typer.Option(help="Hub id or local directory. Default: the embedded model.")] = None,
+    arch: Annotated[Optional[str], typer.Option(help="A shape preset with random weights: smollm2-135m, qwen2.5-0.5b, llama-3.2-1b, llama-3.1-8b or phi-3-mini-128k. Speed and memory only.")] = None,
+    heads: Annotated[Optional[str], typer.Option(help="Retaining heads for --model (the locret policy needs them).")] = None,
+    policies: Annotated[str, typer.Option(help="Comma-separated policies.")] = "locret,streaming,h2o,snapkv,random,knorm,full",
+    lengths: Annotated[str, typer.Option(help="Context lengths in tokens; k = 1024.")] = "4k,16k",
+    tasks: Annotated[str, typer.Option(help="needle (pass key at depths 0-100%) and/or facts.")] = "needle",
+    data: Annotated[Optional[str], typer.Option(help="Your own JSONL of context (text or a .pdf/.txt path), question, answer. Replaces --tasks and --lengths.")] = None,
+    samples: Annotated[int, typer.Option(help="Documents per cell (needle depths are spread over them).")] = 3,
+    repeat: Annotated[int, typer.Option(help="Runs per cell, each in a fresh process; figures are medians.")] = 1,
+    budget: Annotated[Optional[int], typer.Option(help="Cache entries kept per KV head. Default: the model's recorded default, else 6000.")] = None,
+    chunk_size: Annotated[Optional[int], typer.Option(help="Tokens prefilled per step.")] = None,
+    stabilizers: Annotated[Optional[int], typer.Option(help="Most recent entries always kept.")] = None,
+    positions: Annotated[str, typer.Option(help="compact or original.")] = "compact",
+    max_new_tokens: Annotated[int, typer.Option(help="Longest answer, in tokens.")] = 16,
+    memory_limit: Annotated[Optional[float], typer.Option(help="GiB the full policy may use, weights included. Default: what is free.")] = None,
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+    dtype: Annotated[str, typer.Option(help="auto, bf16, fp16 or fp32.")] = "auto",
+    load_4bit: Annotated[bool, typer.Option("--load-4bit", help="Load weights in 4-bit nf4 (bitsandbytes).")] = False,
+    trust_remote_code: Annotated[bool, typer.Option("--trust-remote-code", help="Run the model repo's own code.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document {config, rows} on stdout and nothing else.")] = False,
+    csv_path: Annotated[Optional[str], typer.Option("--csv", help="Also write the rows as CSV here (config beside it).")] = None,
+    plot: Annotated[Optional[str], typer.Option(help="Also plot accuracy and peak memory against length to this PNG.")] = None,
+) -> None:
+    """Run the same documents and questions through each policy: accuracy, memory and speed, side by side."""
+    from pathlib import Path
+
+    from locret_cli.bench import BenchConfig, parse_lengths, run_bench
+    from locret_cli.bench.output import bench_table, write_csv, write_plot
+
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    for target in (csv_path, plot):
+        if target and Path(target).exists():
+            raise LocretError(f"{target} already exists; remove it or choose another path")
+    config = BenchConfig(
+        model=model, arch=arch, heads=heads, policies=[p.strip() for p in policies.split(",") if p.strip()],
+        lengths=parse_lengths(lengths), tasks=[t.strip() for t in tasks.split(",") if t.strip()], data=data,
+        samples=samples, repeat=repeat, budget=budget, chunk_size=chunk_size, stabilizers=stabilizers,
+        positions=positions, max_new_tokens=max_new_tokens, device=device, dtype=dtype, load_4bit=load_4bit,
+        trust_remote_code=trust_remote_code, memory_limit_gb=memory_limit,
+    ).checked()
+    with err.status("measuring this machine's matmul rate", spinner="dots") as status:
+        result = run_bench(config, on_cell=lambda label, i, n: status.update(f"cell {min(i + 1, n)}/{n}: {label}"))
+    if csv_path:
+        write_csv(result, csv_path)
+    if plot:
+        write_plot(result, plot)
+    if as_json:
+        sys.stdout.write(json.dumps(result.to_json()) + "\n")
+    else:
+        Console(highlight=False, width=None if sys.stdout.isatty() else 160).print(bench_table(result))

@@ -1,0 +1,130 @@
+"""`locret chat`: an interactive conversation about one document, read once (or loaded from a .locret file)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from locret_cli.cli import app, domain_errors, quiet_libraries
+from locret_cli.cli import options as o
+from locret_cli.errors import LocretError
+
+HELP = ("Ask anything about the document. /sources lists what the last answer drew on; /save FILE writes the "
+        "conversation (JSONL), /save FILE.locret the read document; /quit ends (so does Ctrl-D). Ctrl-C stops an "
+        "answer.")
+
+
+@app.command()
+@domain_errors
+def chat(
+    source: Annotated[str, typer.Argument(help="A .pdf or text file, or a context saved by `locret read` (.locret).")],
+    history_tokens: Annotated[int, typer.Option(help="Tokens of earlier turns kept with each question; the oldest go first.")] = 1024,
+    model: o.Model = None, heads: o.Heads = None, policy: o.PolicyName = None, budget: o.Budget = None,
+    chunk_size: o.ChunkSize = None, stabilizers: o.Stabilizers = None, positions: o.Positions = None,
+    score_pool: o.ScorePool = None, max_new_tokens: o.MaxNewTokens = None, temperature: o.Temperature = 0.0,
+    top_p: o.TopP = 1.0, seed: o.Seed = 0, device: o.Device = "auto", dtype: o.Dtype = "auto",
+    load_4bit: o.Load4bit = False, trust_remote_code: o.TrustRemoteCode = False, encoding: o.Encoding = None,
+    force: o.Force = False,
+) -> None:
+    """Talk about the document at SOURCE: each answer sees the document's cache and the conversation so far."""
+    import readline  # noqa: F401  line editing and history for input()
+
+    from locret_cli.conversation import Conversation
+
+    quiet_libraries()
+    if source == "-":
+        raise LocretError("chat reads its questions from the terminal: give a file, not -")
+    if history_tokens < 0:
+        raise LocretError(f"--history-tokens must be zero or more, got {history_tokens}")
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    out = Console(highlight=False, soft_wrap=True)
+    choice = o.ModelChoice(model, heads, policy, device, dtype, load_4bit, trust_remote_code)
+    answer = {k: v for k, v in dict(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+                                    seed=seed).items() if v is not None}
+    session, reading, settings = o.open_reading(source, choice, o.ReadChoice(budget, chunk_size, stabilizers,
+                                                                             positions, score_pool),
+                                                answer, err, False, encoding, force)
+    err.print(f"[bold]{reading.document.name}[/]: {reading.document.tokens:,} tokens in "
+              f"{reading.read_s:.1f} s. {HELP}")
+    run_chat(Conversation(reading, history_tokens, settings), lambda: input("> "), out, err, session.heads)
+
+
+def run_chat(conversation, read_line: Callable[[], str], out: Console, err: Console, heads=None) -> None:
+    """The read-answer loop, until /quit or end of input. `read_line` raises EOFError at the end and may raise
+    KeyboardInterrupt (a new prompt follows); KeyboardInterrupt during an answer stops that answer only."""
+    from locret_cli.reading import SOURCES_SHOWN
+    from locret_cli.report import sources_line
+
+    while True:
+        try:
+            line = read_line().strip()
+        except EOFError:
+            break
+        except KeyboardInterrupt:
+            err.print()
+            continue
+        if not line:
+            continue
+        if line in ("/quit", "/exit"):
+            break
+        try:
+            if line.startswith("/"):
+                command(conversation, line, out, err, heads)
+                continue
+            answer_turn(conversation, line, out)
+        except LocretError as exc:
+            err.print(f"[bold red]error:[/] {exc}")
+            continue
+        except KeyboardInterrupt:
+            out.print()
+            err.print("[yellow](answer stopped)[/]")
+            continue
+        sources = conversation.results[-1].sources
+        if sources:
+            out.print(sources_line(sources[:SOURCES_SHOWN]), style="dim", markup=False)
+
+
+def answer_turn(conversation, question: str, out: Console) -> None:
+    """Answer one turn, printing the answer as it is decoded."""
+    tokenizer, tokens, shown = conversation.reading.tokenizer, [], ""
+
+    def stream(token: int) -> None:
+        nonlocal shown
+        tokens.append(token)
+        text = tokenizer.decode(tokens, skip_special_tokens=True)
+        if not text.endswith("\ufffd"):  # wait for the rest of a multi-byte character
+            out.print(text[len(shown):].lstrip() if not shown else text[len(shown):], end="", markup=False)
+            shown = text
+    conversation.ask(question, on_token=stream)
+    out.print()
+
+
+def command(conversation, line: str, out: Console, err: Console, heads) -> None:
+    """/sources, /save FILE, /help."""
+    name, _, argument = line.partition(" ")
+    argument = argument.strip()
+    if name == "/sources":
+        last = conversation.results[-1] if conversation.results else None
+        if last is None:
+            err.print("no answer yet")
+            return
+        for source in last.sources or []:
+            out.print(f"{source.label():>16}  {source.weight:.3f}", markup=False)
+    elif name == "/save":
+        if not argument:
+            raise LocretError("/save needs a file name: FILE for the conversation, FILE.locret for the document")
+        if argument.endswith(".locret"):
+            from locret_cli.saved_context import save_reading
+
+            saved = save_reading(conversation.reading, argument, heads)
+            err.print(f"saved the read document to {saved.path} ({saved.size_bytes:,} bytes)")
+        else:
+            conversation.save_transcript(argument)
+            err.print(f"saved {len(conversation.results)} turns to {argument}")
+    elif name == "/help":
+        err.print(HELP)
+    else:
+        raise LocretError(f"unknown command {name}; try /help")

@@ -1,0 +1,68 @@
+"""`locret train`: fit retaining heads for a model."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from locret_cli.cli import app, domain_errors, quiet_libraries
+
+
+@app.command()
+@domain_errors
+def train(
+    model: Annotated[str, typer.Option(help="Hub id or local directory of the (frozen) model.")],
+    data: Annotated[str, typer.Option(help="JSONL of prompt/answer, or ShareGPT-style JSON conversations.")],
+    out: Annotated[str, typer.Option(help="Directory for the trained heads and checkpoints.")],
+    steps: Annotated[int, typer.Option(help="Optimiser steps (one example each).")] = 3000,
+    lr: Annotated[float, typer.Option(help="AdamW learning rate.")] = 5e-4,
+    beta1: Annotated[float, typer.Option(help="AdamW beta1.")] = 0.9,
+    beta2: Annotated[float, typer.Option(help="AdamW beta2.")] = 0.95,
+    weight_decay: Annotated[float, typer.Option(help="AdamW weight decay.")] = 0.01,
+    warmup: Annotated[Optional[int], typer.Option(help="Linear warmup steps, then linear decay. Default 5% of steps.")] = None,
+    clip_value: Annotated[float, typer.Option(help="Gradient value clipping.")] = 0.5,
+    smooth_weight: Annotated[float, typer.Option(help="Weight α of the smoothness loss MSE(pred[k], pred[k-1]).")] = 0.0025,
+    hidden: Annotated[int, typer.Option(help="Hidden width of each head.")] = 1024,
+    max_len: Annotated[int, typer.Option(help="Prompts longer than this many tokens are cut in the middle.")] = 10240,
+    save_every: Annotated[int, typer.Option(help="Checkpoint every N steps.")] = 500,
+    eval_fraction: Annotated[float, typer.Option(help="Share of examples held out for the final accuracy.")] = 0.05,
+    seed: Annotated[int, typer.Option(help="Seed for head initialisation and data order.")] = 0,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue from the newest checkpoint in --out.")] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace heads already in --out.")] = False,
+    label_cache: Annotated[Optional[str], typer.Option(help="Label cache directory. Default ~/.cache/locret/labels.")] = None,
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+    dtype: Annotated[str, typer.Option(help="Dtype of the frozen model: auto, bf16, fp16 or fp32.")] = "auto",
+    load_4bit: Annotated[bool, typer.Option("--load-4bit", help="Load the frozen model in 4-bit nf4.")] = False,
+    trust_remote_code: Annotated[bool, typer.Option("--trust-remote-code", help="Run the model repo's own code.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as one JSON document on stdout.")] = False,
+) -> None:
+    """Train retaining heads for MODEL on prompt/answer DATA and save them in OUT."""
+    from pathlib import Path
+
+    from locret_cli.loading import load_model
+    from locret_cli.report import TrainProgress, train_table
+    from locret_cli.training import TrainConfig, train_heads
+
+    quiet_libraries()
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    config = TrainConfig(steps=steps, lr=lr, betas=(beta1, beta2), weight_decay=weight_decay, warmup=warmup,
+                         clip_value=clip_value, smooth_weight=smooth_weight, hidden=hidden, save_every=save_every,
+                         eval_fraction=eval_fraction, seed=seed)
+    with err.status(f"loading {model}", spinner="dots"):
+        loaded = load_model(model, device, dtype, load_4bit, trust_remote_code)
+    with TrainProgress(err, steps) as progress:
+        summary = train_heads(
+            loaded, data, out, config, max_len=max_len, resume=resume, overwrite=overwrite,
+            label_cache=Path(label_cache) if label_cache else None,
+            warn=lambda m: err.print(f"[yellow]warning:[/] {m}"), on_labels=progress.labels, on_step=progress.step,
+        )
+    if as_json:
+        from dataclasses import asdict
+
+        sys.stdout.write(json.dumps(asdict(summary)) + "\n")
+    else:
+        err.print(train_table(summary, out))

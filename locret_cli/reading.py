@@ -1,0 +1,191 @@
+"""A document read once into a bounded cache, then asked any number of questions, each on a fork of the cache.
+
+    reading = session.read("book.pdf")
+    for question in ("Who signed the treaty?", "When?"):
+        result = reading.ask(question)
+        print(result.answer, [s.label() for s in result.sources])
+
+`Session.read` builds one; `saved_context.load_reading` rebuilds one from a `.locret` file without reading the
+document again. Eviction never depends on the question, so every answer sees the same kept entries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from locret_cli.citations import AttentionTally, kept_per_unit
+from locret_cli.engine import Engine, Settings
+from locret_cli.errors import LocretError
+from locret_cli.measure import full_cache_bytes, peak_memory
+from locret_cli.prompt import conversation_ids
+from locret_cli.sources import Source, SourceMap
+
+READ_SETTINGS = ("budget", "chunk_size", "stabilizers", "positions", "score_pool")  # fixed once a document is read
+SOURCES_SHOWN = 3
+
+
+@dataclass
+class DocumentInfo:
+    """What was read: its name, kind ("pdf" or "text"), document tokens (prompt head excluded), pages, the SHA-256
+    and size of its bytes, and how long reading it took (in whichever process read it)."""
+
+    name: str
+    kind: str
+    tokens: int
+    pages: int | None
+    sha256: str | None
+    size_bytes: int | None
+    read_s: float
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "kind": self.kind, "tokens": self.tokens, "pages": self.pages,
+                "sha256": self.sha256, "size_bytes": self.size_bytes, "read_s": self.read_s}
+
+
+@dataclass
+class AskResult:
+    """An answer, the pages or lines it drew on, and everything it cost. `to_json()` is the `--json` document."""
+
+    question: str
+    answer: str
+    sources: list[Source] | None  # None when not computed (--no-sources)
+    model: str
+    policy: str
+    settings: Settings
+    document: DocumentInfo
+    cache_kept_tokens: int
+    cache_peak_tokens: int
+    cache_peak_bytes: int
+    full_cache_bytes: int
+    memory_peak_bytes: int
+    memory_device: str
+    read_s: float  # reading the document, or loading its saved context, in this process
+    loaded_from: str | None  # the .locret file the reading came from, if any
+    answer_s: float  # question prefill and decoding
+    decode_s: float
+    decode_steps: int
+    prefill_tokens_per_s: float  # tokens prefilled in this process (document and question) per second
+    decode_tokens_per_s: float | None
+    time_to_first_token_s: float  # from the start of reading (or loading) to the first answer token
+    total_s: float  # read_s + answer_s
+    warnings: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {
+            "question": self.question,
+            "answer": self.answer,
+            "sources": None if self.sources is None else [s.to_json() for s in self.sources],
+            "model": self.model,
+            "document": self.document.to_json(),
+            "context": {"loaded_from": self.loaded_from},
+            "budget": self.settings.budget,
+            "chunk_size": self.settings.chunk_size,
+            "stabilizers": self.settings.stabilizers,
+            "score_pool": self.settings.score_pool,
+            "positions": self.settings.positions,
+            "policy": self.policy,
+            "kv_cache": {
+                "kept_tokens": self.cache_kept_tokens,
+                "peak_tokens": self.cache_peak_tokens,
+                "peak_bytes": self.cache_peak_bytes,
+                "full_cache_bytes": self.full_cache_bytes,
+            },
+            "memory": {"peak_bytes": self.memory_peak_bytes, "device": self.memory_device},
+            "speed": {
+                "read_s": self.read_s,
+                "answer_s": self.answer_s,
+                "prefill_tokens_per_s": self.prefill_tokens_per_s,
+                "decode_tokens_per_s": self.decode_tokens_per_s,
+                "time_to_first_token_s": self.time_to_first_token_s,
+                "total_s": self.total_s,
+            },
+            "warnings": self.warnings,
+        }
+
+
+@dataclass
+class Reading:
+    """A read document: the engine holding its bounded cache, the prompt head read before it, and where each of
+    its tokens came from. `ask` never changes it."""
+
+    engine: Engine
+    tokenizer: object
+    model_name: str
+    prefix_ids: list[int]
+    source_map: SourceMap
+    document: DocumentInfo
+    read_s: float
+    loaded_from: str | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def settings(self) -> Settings:
+        return self.engine.settings
+
+    def answer_settings(self, settings: Settings | None) -> Settings:
+        """`settings` for answering: the decoding ones may change, the reading ones must be those the cache was
+        read with."""
+        if settings is None:
+            return self.settings
+        for name in READ_SETTINGS:
+            if getattr(settings, name) != getattr(self.settings, name):
+                raise LocretError(f"--{name.replace('_', '-')} is fixed when the document is read: this reading used "
+                                  f"{getattr(self.settings, name)}, not {getattr(settings, name)}")
+        return settings
+
+    def ask(
+        self,
+        question: str,
+        settings: Settings | None = None,
+        sources: int = SOURCES_SHOWN,
+        on_token: Callable[[int], None] | None = None,
+        history: Sequence[tuple[str, str]] = (),
+    ) -> AskResult:
+        """Answer `question` on a fork of the cache, after the earlier `history` turns (question, answer), if any.
+
+        `sources` > 0 also names that many pages or line ranges the answer drew on; 0 skips the cost."""
+        if not question.strip():
+            raise LocretError("the question is empty")
+        settings = self.answer_settings(settings)
+        question_ids = conversation_ids(self.tokenizer, history, question)
+        engine = self.engine.fork(settings)
+        tally = AttentionTally(len(engine.cache.layers), self.engine.kept_tokens) if sources > 0 else None
+        generation = engine.answer(question_ids, on_token=on_token, tally=tally)
+        answer_s = generation.time_to_first_token_s + generation.decode_s
+        model = engine.model
+        memory, memory_device = peak_memory(model.device)
+        read_tokens = 0 if self.loaded_from else self.engine.document_tokens
+        all_tokens = self.engine.document_tokens + len(question_ids) + len(generation.token_ids)
+        return AskResult(
+            question=question,
+            answer=self.tokenizer.decode(generation.token_ids, skip_special_tokens=True).strip(),
+            sources=tally.sources(self.engine.cache, engine.cache, self.source_map, sources) if tally else None,
+            model=self.model_name,
+            policy=engine.policy.name,
+            settings=settings,
+            document=self.document,
+            cache_kept_tokens=self.engine.kept_tokens,
+            cache_peak_tokens=max(self.engine.cache.peak_tokens, engine.cache.peak_tokens),
+            cache_peak_bytes=max(self.engine.cache.peak_bytes, engine.cache.peak_bytes),
+            full_cache_bytes=full_cache_bytes(model, all_tokens),
+            memory_peak_bytes=memory,
+            memory_device=memory_device,
+            read_s=self.read_s,
+            loaded_from=self.loaded_from,
+            answer_s=answer_s,
+            decode_s=generation.decode_s,
+            decode_steps=generation.decode_steps,
+            prefill_tokens_per_s=(read_tokens + len(question_ids)) / (self.read_s + generation.time_to_first_token_s),
+            decode_tokens_per_s=generation.decode_steps / generation.decode_s if generation.decode_steps else None,
+            time_to_first_token_s=self.read_s + generation.time_to_first_token_s,
+            total_s=self.read_s + answer_s,
+            warnings=list(self.warnings),
+        )
+
+    def kept_map(self) -> tuple[list[str], list[float]]:
+        """Each page or line range of the document, and how many of its entries the cache kept (averaged over
+        layers and KV heads)."""
+        kept = kept_per_unit(self.engine.cache, self.source_map, self.engine.kept_tokens)
+        return self.source_map.labels(), kept.tolist()
+
