@@ -47,9 +47,9 @@ class SourceMap:
     first: list[int] = field(default_factory=list)
     last: list[int] = field(default_factory=list)
     # text walking state: the line being read, whether it has shown text yet, whether a paragraph is open
-    _line: int = 1
-    _line_has_text: bool = False
-    _paragraph_open: bool = False
+    _line: int = field(default=1, compare=False, repr=False)
+    _line_has_text: bool = field(default=False, compare=False, repr=False)
+    _paragraph_open: bool = field(default=False, compare=False, repr=False)
 
     def add_page(self, token: int, page: int) -> None:
         """Page `page` starts at token index `token`."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Annotated, Optional
 
 import typer
@@ -89,8 +89,8 @@ def open_reading(source: str, choice: ModelChoice, read: ReadChoice, answer: dic
         warn(f"no --model given: using the {session.loaded.name}")
     if saved:
         reading = session.load(source)
-        chosen = session.settings(warn, **{**asdict(reading.settings), **read.given(), **answer})
-        return session, reading, reading.answer_settings(chosen)
+        reading.answer_settings(replace(reading.settings, **read.given()))  # refuses other reading settings
+        return session, reading, session.settings(warn, **{**asdict(reading.settings), **answer})
     settings = session.settings(warn, **read.given(), **answer)
     with DocumentProgress(err, document.unit, document.total_units, enabled=not quiet) as progress:
         reading = session.read(document, settings, on_progress=progress.update, force=force)
