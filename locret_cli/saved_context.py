@@ -83,6 +83,9 @@ def save_reading(reading: Reading, path: str | Path, heads=None, force: bool = F
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         save_file(tensors, str(temporary), metadata={"locret": json.dumps(header)})
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)  # safetensors creates files readable by their owner only
         os.replace(temporary, path)
     except OSError as exc:
         raise LocretError(f"cannot write {path}: {exc.strerror}") from None

@@ -34,8 +34,9 @@ from scripts.embedded.tokenizer import train_tokenizer
 VOCAB = 3072
 PACKAGE = Path(__file__).resolve().parent.parent / "locret_cli" / "embedded_model"
 # Recorded with the model: compact positions never pass budget + chunk + question + answer, inside the 2048 trained.
+# history_tokens 0: the model was trained on one question per document, so `locret chat` sends it no earlier turns
 DEFAULTS = {"budget": 1024, "chunk_size": 512, "stabilizers": 128, "score_pool": 13, "max_new_tokens": 48,
-            "trained_positions": 2048}
+            "trained_positions": 2048, "history_tokens": 0}
 HEADS = {"examples": 2400, "steps": 6000, "hidden": 256, "lr": 5e-4}
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -134,6 +135,6 @@ def draw_kept_map(reading, cited, path: str, force: bool = False) -> None:
     from locret_cli.kept_map import write_kept_map
 
     labels, kept = reading.kept_map()
-    title = (f"{reading.document.name}: {reading.engine.kept_tokens:,} entries kept per head of "
+    title = (f"{Path(reading.document.name).name}: {reading.engine.kept_tokens:,} entries kept per head of "
              f"{reading.document.tokens:,} tokens")
     write_kept_map(labels, kept, [s.label() for s in cited], path, title, force)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
@@ -21,7 +21,7 @@ HELP = ("Ask anything about the document. /sources lists what the last answer dr
 @domain_errors
 def chat(
     source: Annotated[str, typer.Argument(help="A .pdf or text file, or a context saved by `locret read` (.locret).")],
-    history_tokens: Annotated[int, typer.Option(help="Tokens of earlier turns kept with each question; the oldest go first.")] = 1024,
+    history_tokens: Annotated[Optional[int], typer.Option(help="Tokens of earlier turns kept with each question; the oldest go first. Default 1024, or the model's recorded default (the embedded model: 0, it was trained on single questions).")] = None,
     model: o.Model = None, heads: o.Heads = None, policy: o.PolicyName = None, budget: o.Budget = None,
     chunk_size: o.ChunkSize = None, stabilizers: o.Stabilizers = None, positions: o.Positions = None,
     score_pool: o.ScorePool = None, max_new_tokens: o.MaxNewTokens = None, temperature: o.Temperature = 0.0,
@@ -32,12 +32,12 @@ def chat(
     """Talk about the document at SOURCE: each answer sees the document's cache and the conversation so far."""
     import readline  # noqa: F401  line editing and history for input()
 
-    from locret_cli.conversation import Conversation
+    from locret_cli.conversation import HISTORY_TOKENS, Conversation
 
     quiet_libraries()
     if source == "-":
         raise LocretError("chat reads its questions from the terminal: give a file, not -")
-    if history_tokens < 0:
+    if history_tokens is not None and history_tokens < 0:
         raise LocretError(f"--history-tokens must be zero or more, got {history_tokens}")
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     out = Console(highlight=False, soft_wrap=True)
@@ -47,8 +47,12 @@ def chat(
     session, reading, settings = o.open_reading(source, choice, o.ReadChoice(budget, chunk_size, stabilizers,
                                                                              positions, score_pool),
                                                 answer, err, False, encoding, force)
-    err.print(f"[bold]{reading.document.name}[/]: {reading.document.tokens:,} tokens in "
-              f"{reading.read_s:.1f} s. {HELP}")
+    if history_tokens is None:
+        history_tokens = session.loaded.defaults.get("history_tokens", HISTORY_TOKENS)
+    how = (f"loaded from {reading.loaded_from} in {reading.read_s:.3f} s (read in {reading.document.read_s:.1f} s)"
+           if reading.loaded_from else f"read in {reading.read_s:.1f} s")
+    err.print(f"[bold]{reading.document.name}[/]: {reading.document.tokens:,} tokens, {how}; earlier turns kept: "
+              f"{history_tokens:,} tokens. {HELP}")
     run_chat(Conversation(reading, history_tokens, settings), lambda: input("> "), out, err, session.heads)
 
 
