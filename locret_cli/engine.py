@@ -119,7 +119,7 @@ class Engine:
 
     def read(self, chunks: Iterable[TokenChunk], on_progress: Callable[[Progress], None] | None = None) -> None:
         """Stream the document through the bounded cache. Eviction does not depend on the question, so one read can
-        serve many questions (`answer` on copies of this engine)."""
+        serve many questions (`answer` on forks of this engine)."""
         for chunk in chunks:
             self.prefill_chunk(chunk.ids)
             if on_progress:

@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 
 from locret_cli.cli import app, domain_errors
+from locret_cli.cli import options as o
 from locret_cli.errors import LocretError
 
 
@@ -31,10 +32,10 @@ def bench(
     positions: Annotated[str, typer.Option(help="compact or original.")] = "compact",
     max_new_tokens: Annotated[int, typer.Option(help="Longest answer, in tokens.")] = 16,
     memory_limit: Annotated[Optional[float], typer.Option(help="GiB the full policy may use, weights included. Default: what is free.")] = None,
-    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
-    dtype: Annotated[str, typer.Option(help="auto, bf16, fp16 or fp32.")] = "auto",
-    load_4bit: Annotated[bool, typer.Option("--load-4bit", help="Load weights in 4-bit nf4 (bitsandbytes).")] = False,
-    trust_remote_code: Annotated[bool, typer.Option("--trust-remote-code", help="Run the model repo's own code.")] = False,
+    device: o.Device = "auto",
+    dtype: o.Dtype = "auto",
+    load_4bit: o.Load4bit = False,
+    trust_remote_code: o.TrustRemoteCode = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document {config, rows} on stdout and nothing else.")] = False,
     csv_path: Annotated[Optional[str], typer.Option("--csv", help="Also write the rows as CSV here (config beside it).")] = None,
     plot: Annotated[Optional[str], typer.Option(help="Also plot accuracy and peak memory against length to this PNG.")] = None,

@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 
 from locret_cli.cli import app, domain_errors, quiet_libraries
+from locret_cli.cli import options as o
 
 
 @app.command()
@@ -34,10 +35,10 @@ def train(
     resume: Annotated[bool, typer.Option("--resume", help="Continue from the newest checkpoint in --out.")] = False,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace heads already in --out.")] = False,
     label_cache: Annotated[Optional[str], typer.Option(help="Label cache directory. Default ~/.cache/locret/labels.")] = None,
-    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+    device: o.Device = "auto",
     dtype: Annotated[str, typer.Option(help="Dtype of the frozen model: auto, bf16, fp16 or fp32.")] = "auto",
     load_4bit: Annotated[bool, typer.Option("--load-4bit", help="Load the frozen model in 4-bit nf4.")] = False,
-    trust_remote_code: Annotated[bool, typer.Option("--trust-remote-code", help="Run the model repo's own code.")] = False,
+    trust_remote_code: o.TrustRemoteCode = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as one JSON document on stdout.")] = False,
 ) -> None:
     """Train retaining heads for MODEL on prompt/answer DATA and save them in OUT."""
