@@ -102,12 +102,6 @@ class Session:
 
         return load_reading(path, self.loaded.model, self.loaded.tokenizer, self.loaded.name, self.heads)
 
-    def open(self, source: str, settings: Settings | None = None, **read_options) -> Reading:
-        """A saved context (`*.locret`) loaded, or any other source read."""
-        from locret_cli.saved_context import is_saved_context
-
-        return self.load(source) if is_saved_context(source) else self.read(source, settings, **read_options)
-
     def check_memory(self, policy: Policy, settings: Settings, document: Document, question_tokens: int) -> None:
         """Refuse a run estimated not to fit in free memory, naming the setting to lower. A full cache grows with
         the document, so it is estimated only for text files of known size (about 4 bytes per token)."""

@@ -45,9 +45,14 @@ def cost_table(result: AskResult) -> Table:
     return table
 
 
+def format_sources(sources: list[Source]) -> str:
+    """'p. 37 (0.61), p. 112 (0.22)'."""
+    return ", ".join(f"{s.label()} ({s.weight:.2f})" for s in sources)
+
+
 def sources_line(sources: list[Source]) -> str:
     """'sources: p. 37 (0.61), p. 112 (0.22)'."""
-    return "sources: " + ", ".join(f"{s.label()} ({s.weight:.2f})" for s in sources)
+    return "sources: " + format_sources(sources)
 
 
 def answers_table(results: list[AskResult]) -> Table:
@@ -56,7 +61,7 @@ def answers_table(results: list[AskResult]) -> Table:
     for name in ("#", "question", "answer", "sources"):
         table.add_column(name, overflow="fold")
     for i, r in enumerate(results, 1):
-        cited = "-" if not r.sources else ", ".join(f"{s.label()} ({s.weight:.2f})" for s in r.sources)
+        cited = format_sources(r.sources) if r.sources else "-"
         table.add_row(str(i), r.question, r.answer, cited)
     return table
 

@@ -157,7 +157,6 @@ def load_reading(path: str | Path, model, tokenizer, model_name: str, heads=None
         source_map = SourceMap(header["units"], *(tensors[f"units.{n}"].tolist() for n in UNIT_TENSORS))
     except (KeyError, RuntimeError, ValueError) as exc:
         raise LocretError(f"{path} is not a readable .locret file (missing or misshapen tensors: {exc})") from None
-    engine.clock()
     return Reading(engine, tokenizer, model_name, list(header["prefix_ids"]), source_map,
                    DocumentInfo(**header["document"]), time.perf_counter() - started, loaded_from=str(path))
 

@@ -24,6 +24,7 @@ from locret_cli.api import load_session
 from locret_cli.bench.cell import CellSpec, open_session
 from locret_cli.bench.tasks import text_document
 from locret_cli.questions import load_questions
+from locret_cli.report import format_sources
 from locret_cli.saved_context import save_reading
 from locret_cli.synthetic import paragraphs
 
@@ -81,7 +82,7 @@ def main() -> None:
     print("\n| question | answer | first sources | answer with sources | without | cost / decode time |")
     print("|---|---|---|---:|---:|---:|")
     for question, result, with_s, without_s, decode_s in rows:
-        cited = ", ".join(f"{s.label()} ({s.weight:.2f})" for s in result.sources[:2])
+        cited = format_sources(result.sources[:2])
         print(f"| {question} | {result.answer[:60]} | {cited} | {with_s * 1000:.1f} ms | {without_s * 1000:.1f} ms "
               f"| {(with_s - without_s) / decode_s:+.1%} ({result.decode_steps} steps) |")
 
