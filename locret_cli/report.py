@@ -187,3 +187,49 @@ class TrainProgress:
         self.bar.update(self.steps_task, visible=True, completed=report.step,
                         info=f"loss {report.loss:.4f} smooth {report.smooth:.4f} acc {report.accuracy:.3f} "
                              f"{report.tokens_per_s:,.0f} tok/s")
+
+
+class BatchBar:
+    """A Rich bar over a batch's documents, with questions, tokens/s, ETA and failures; a context manager."""
+
+    def __init__(self, console: Console, enabled: bool = True):
+        self.bar = Progress(
+            TextColumn("[bold]batch"), BarColumn(), TextColumn("{task.completed:,.0f}/{task.total:,.0f} documents"),
+            TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+            console=console, disable=not enabled, transient=True,
+        )
+        self.task = self.bar.add_task("batch", total=0, info="")
+
+    def __enter__(self) -> "BatchBar":
+        self.bar.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.bar.stop()
+
+    def update(self, progress) -> None:
+        tokens = progress.tokens_read + sum(progress.tokens_in_flight.values())
+        rate = tokens / progress.elapsed_s if progress.elapsed_s else 0.0
+        failed = f", [red]{progress.failed} failed[/]" if progress.failed else ""
+        self.bar.update(self.task, total=progress.documents, completed=progress.documents_done,
+                        info=f"{progress.questions_done:,}/{progress.questions:,} questions, {rate:,.0f} tok/s{failed}")
+
+
+def batch_table(summary, out: str) -> Table:
+    """What a batch did: rows answered, failed and skipped, and its throughput."""
+    table = Table(title=f"Answers in {out}", header_style="bold")
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    where = f"{summary.pool}, {summary.workers} workers" if summary.workers else summary.pool
+    for name, value in [
+        ("documents read", f"{summary.documents:,}"),
+        ("questions answered", f"{summary.answered:,}"),
+        ("failed (error rows)", f"{summary.failed:,}"),
+        ("skipped (already answered)", f"{summary.skipped:,}"),
+        ("workers retried", f"{summary.retries:,}"),
+        ("tokens read", f"{summary.tokens_read:,}"),
+        ("wall time", f"{summary.wall_s:,.1f} s ({where})"),
+        ("throughput", f"{summary.tokens_per_s:,.0f} tok/s, {summary.documents_per_hour:,.0f} documents/hour"),
+    ]:
+        table.add_row(name, value)
+    return table

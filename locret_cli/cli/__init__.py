@@ -1,12 +1,11 @@
 """The `locret` command line: parse, call the API, render. Nothing else lives here.
 
-One module per command family: `ask` (read, ask), `chat`, `train` and `bench`; shared options in `options`.
+One module per command family: `ask` (read, ask), `chat`, `batch`, `train` and `bench`; shared options in `options`.
 """
 
 from __future__ import annotations
 
 import functools
-import logging
 import sys
 from typing import Annotated
 
@@ -38,15 +37,6 @@ def _root(
     """Read documents once and ask them questions; train heads; benchmark policies."""
 
 
-def quiet_libraries() -> None:
-    """Our own progress and messages replace the libraries' bars and log lines on stderr."""
-    import transformers
-
-    transformers.utils.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
-    logging.getLogger("pypdf").setLevel(logging.ERROR)
-
-
 def domain_errors(command):
     """Turn LocretError into one line on stderr and exit status 1; Ctrl-C into status 130."""
 
@@ -68,4 +58,4 @@ def main() -> None:
     app()
 
 
-from locret_cli.cli import ask, bench, chat, train  # noqa: E402,F401  registers the commands on `app`
+from locret_cli.cli import ask, batch, bench, chat, train  # noqa: E402,F401  registers the commands on `app`

@@ -10,9 +10,10 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from locret_cli.cli import app, domain_errors, quiet_libraries
+from locret_cli.cli import app, domain_errors
 from locret_cli.cli import options as o
 from locret_cli.errors import LocretError
+from locret_cli.library_logs import quiet_libraries
 
 
 @app.command()

@@ -8,9 +8,10 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from locret_cli.cli import app, domain_errors, quiet_libraries
+from locret_cli.cli import app, domain_errors
 from locret_cli.cli import options as o
 from locret_cli.errors import LocretError
+from locret_cli.library_logs import quiet_libraries
 
 HELP = ("Ask anything about the document. /sources lists what the last answer drew on; /save FILE writes the "
         "conversation (JSONL), /save FILE.locret the read document; /quit ends (so does Ctrl-D). Ctrl-C stops an "

@@ -1,0 +1,139 @@
+"""The batch's work unit: a worker loads the model once; each document it is handed is read once and every one of
+its questions answered from a fork of that one reading. A bad document, or a question that cannot be asked,
+becomes an error row; it never stops the worker.
+
+Nothing here imports torch until a worker is built: the driver process never needs it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from locret_cli.batch.answer_log import row_key
+from locret_cli.batch.inputs import Job
+from locret_cli.errors import LocretError
+
+
+
+@dataclass
+class WorkerSpec:
+    """How a worker loads its model and answers: plain values, so it crosses to worker processes and Ray actors.
+    `settings` holds only the settings given (None values left out); the model's recorded defaults fill the rest."""
+
+    model: str | None = None
+    heads: str | None = None
+    policy: str = "locret"
+    device: str = "auto"
+    dtype: str = "auto"
+    load_4bit: bool = False
+    trust_remote_code: bool = False
+    settings: dict = field(default_factory=dict)
+    sources: bool = True  # name the pages (or lines) each answer drew on
+    save_contexts: str | None = None
+    threads: int | None = None  # torch threads per worker; None leaves torch's default
+
+    def run(self) -> dict:
+        """What the answers depend on, as given: rows made under another `run` are not this run's answers."""
+        return {"model": self.model, "heads": self.heads, "policy": self.policy, "dtype": self.dtype,
+                "load_4bit": self.load_4bit, **dict(sorted(self.settings.items()))}
+
+
+@dataclass
+class JobResult:
+    """A document's rows, and the tokens this worker read for it (0 when its saved context was loaded)."""
+
+    rows: list[dict]
+    tokens_read: int = 0
+
+
+class DocumentWorker:
+    """A loaded model answering whole documents. Construct it once per process or actor."""
+
+    def __init__(self, spec: WorkerSpec):
+        import torch
+
+        from locret_cli.api import load_session
+        from locret_cli.library_logs import quiet_libraries
+        from locret_cli.reading import SOURCES_SHOWN
+
+        if spec.threads:
+            torch.set_num_threads(spec.threads)
+        quiet_libraries()
+        self.spec = spec
+        self.session = load_session(spec.model, spec.heads, spec.policy, spec.device, spec.dtype, spec.load_4bit,
+                                    spec.trust_remote_code)
+        self.settings = self.session.settings(**spec.settings)
+        self.sources = SOURCES_SHOWN if spec.sources else 0
+        self.name = f"{socket.gethostname()}:{os.getpid()}"
+
+    def answer(self, job: Job, on_tokens: Callable[[int], None] | None = None) -> JobResult:
+        """Read `job`'s document once and answer each of its questions; errors become rows."""
+        try:
+            reading, tokens_read = self._reading(job, on_tokens)
+        except Exception as exc:  # noqa: BLE001  a bad document is a row, never the end of the batch
+            return JobResult(error_rows(job, self.spec, one_line(exc), self.name))
+        rows = []
+        for question in job.questions:
+            try:
+                result = reading.ask(question, self.settings, sources=self.sources)
+            except Exception as exc:  # noqa: BLE001
+                rows.append(error_rows(job, self.spec, one_line(exc), self.name, [question])[0])
+                continue
+            rows.append(answer_row(job, self.spec, question, self.name, result))
+        return JobResult(rows, tokens_read)
+
+    def _reading(self, job: Job, on_tokens):
+        if job.error:
+            raise LocretError(job.error)
+        saved = None
+        if self.spec.save_contexts:
+            saved = Path(self.spec.save_contexts) / f"{Path(job.source).stem}-{job.sha256[:12]}.locret"
+            if saved.exists():
+                reading = self.session.load(str(saved))
+                reading.answer_settings(self.settings)  # refuses a context read with other settings
+                return reading, 0
+        seen = [0]
+
+        def progress(event) -> None:
+            on_tokens(event.tokens - seen[0])
+            seen[0] = event.tokens
+
+        reading = self.session.read(job.source, self.settings, on_progress=progress if on_tokens else None)
+        if saved:
+            from locret_cli.saved_context import save_reading
+
+            save_reading(reading, saved, self.session.heads)
+        return reading, reading.document.tokens
+
+
+def answer_row(job: Job, spec: WorkerSpec, question: str, worker: str, result) -> dict:
+    document = result.document
+    return {
+        "key": row_key(job.document_id, question), "source": job.source, "source_sha256": job.sha256,
+        "question": question, "answer": result.answer,
+        "sources": None if result.sources is None else [s.to_json() for s in result.sources],
+        "pages": document.pages, "tokens": document.tokens, "model": result.model, "policy": result.policy,
+        "settings": asdict(result.settings), "run": spec.run(),
+        "timings": {"read_s": round(result.read_s, 4), "answer_s": round(result.answer_s, 4),
+                    "loaded_from": result.loaded_from},
+        "worker": worker, "error": None,
+    }
+
+
+def error_rows(job: Job, spec: WorkerSpec, error: str, worker: str | None,
+               questions: list[str] | None = None) -> list[dict]:
+    """One row per question (all of `job`'s by default) saying why it has no answer."""
+    return [{"key": row_key(job.document_id, q), "source": job.source, "source_sha256": job.sha256,
+             "question": q, "answer": None, "sources": None, "pages": None, "tokens": None, "model": spec.model,
+             "policy": spec.policy, "settings": None, "run": spec.run(), "timings": None, "worker": worker,
+             "error": error} for q in (job.questions if questions is None else questions)]
+
+
+def one_line(exc: BaseException) -> str:
+    """A LocretError's message; anything else prefixed with its type. Always a single line."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return text if isinstance(exc, LocretError) else f"{type(exc).__name__}: {text}".rstrip(": ")

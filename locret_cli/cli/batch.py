@@ -1,0 +1,84 @@
+"""`locret batch`: the same questions of many documents, appended to a JSONL file that a rerun resumes."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from locret_cli.cli import app, domain_errors
+from locret_cli.cli import options as o
+from locret_cli.errors import LocretError
+
+EXIT_SOME_FAILED = 3
+
+
+@app.command()
+@domain_errors
+def batch(
+    inputs: Annotated[str, typer.Argument(help="A glob ('docs/*.pdf', quoted), a directory, or a JSONL of {\"source\": path, \"questions\": [...]}.")],
+    out: Annotated[str, typer.Option("--out", help="The answers, one JSON row per document and question, appended as they come (.jsonl). Rerunning skips what it holds.")],
+    questions_file: Annotated[Optional[str], typer.Option("--questions", help="Questions to ask of every document: one per line, or JSONL with a \"question\" key.")] = None,
+    workers: Annotated[Optional[int], typer.Option(help="Worker processes (or Ray actors), each loading the model once. Default: 1 process; with --ray, one actor per GPU or per --threads CPUs.")] = None,
+    threads: Annotated[Optional[int], typer.Option(help="Torch threads per worker. Default: the cores divided among the local workers; 1 per Ray actor.")] = None,
+    ray: Annotated[Optional[str], typer.Option("--ray", help="Run on Ray: auto (the running cluster), local (start one here) or an address. Needs locret-cli[ray].")] = None,
+    save_contexts: Annotated[Optional[str], typer.Option("--save-contexts", help="Keep each document's read cache as DIR/<name>-<hash>.locret; a rerun loads it instead of reading again.")] = None,
+    sort: Annotated[bool, typer.Option("--sort", help="When done, rewrite --out in input order (rows are written in completion order).")] = False,
+    retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Ask again the questions whose rows in --out are errors (those rows are removed).")] = False,
+    model: o.Model = None, heads: o.Heads = None, policy: o.PolicyName = None, budget: o.Budget = None,
+    chunk_size: o.ChunkSize = None, stabilizers: o.Stabilizers = None, positions: o.Positions = None,
+    score_pool: o.ScorePool = None, max_new_tokens: o.MaxNewTokens = None, temperature: o.Temperature = 0.0,
+    top_p: o.TopP = 1.0, seed: o.Seed = 0, device: o.Device = "auto", dtype: o.Dtype = "auto",
+    load_4bit: o.Load4bit = False, trust_remote_code: o.TrustRemoteCode = False,
+    no_sources: Annotated[bool, typer.Option("--no-sources", help="Do not work out which pages each answer drew on.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the run's summary as one JSON document on stdout.")] = False,
+    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="No progress bar and no summary table.")] = False,
+) -> None:
+    """Ask every document the same questions, each document read once; resumable, on local workers or Ray.
+
+    Exit status: 0 when every question was answered, 3 when some rows are errors (bad documents), 1 on a usage
+    error, 130 when interrupted (rerun the same command to resume)."""
+    from locret_cli.batch.answer_log import AnswerLog
+    from locret_cli.batch.inputs import expand_inputs
+    from locret_cli.batch.local_pool import LocalPool, usable_cores
+    from locret_cli.batch.runner import input_order, run_batch
+    from locret_cli.batch.work import WorkerSpec
+    from locret_cli.report import BatchBar, batch_table
+
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    if save_contexts and not Path(save_contexts).is_dir():
+        raise LocretError(f"--save-contexts {save_contexts} is not a directory")
+    jobs = expand_inputs(inputs, questions_file, exclude=(out,))
+    given = dict(budget=budget, chunk_size=chunk_size, stabilizers=stabilizers, positions=positions,
+                 score_pool=score_pool, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed)
+    local_workers = workers or 1
+    spec = WorkerSpec(model, heads, policy or "locret", device, dtype, load_4bit, trust_remote_code,
+                      {k: v for k, v in given.items() if v is not None}, not no_sources,
+                      str(Path(save_contexts).resolve()) if save_contexts else None,
+                      threads or (None if ray else max(1, usable_cores() // local_workers)))
+    if ray:
+        from locret_cli.batch.ray_pool import RayPool
+
+        pool = RayPool(ray, spec, workers)
+    else:
+        pool = LocalPool(spec, local_workers)
+    with AnswerLog.open(out, spec.run(), retry_failed) as log:
+        if log.torn_bytes and not quiet:
+            err.print(f"[yellow]warning:[/] {out} ended in a row cut short ({log.torn_bytes} bytes): it was dropped "
+                      "and its question is asked again")
+        with BatchBar(err, enabled=not quiet) as bar:
+            summary = run_batch(jobs, log, pool, on_progress=bar.update)
+        if sort:
+            log.sort(input_order(jobs))
+    if as_json:
+        sys.stdout.write(json.dumps(summary.to_json()) + "\n")
+    elif not quiet:
+        err.print(batch_table(summary, out))
+        for failure in summary.failures[:10]:
+            err.print(f"failed: {failure}", style="red", markup=False)
+    if summary.failed:
+        raise typer.Exit(EXIT_SOME_FAILED)
