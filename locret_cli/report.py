@@ -211,6 +211,7 @@ class BatchBar:
         tokens = progress.tokens_read + sum(progress.tokens_in_flight.values())
         rate = tokens / progress.elapsed_s if progress.elapsed_s else 0.0
         failed = f", [red]{progress.failed} failed[/]" if progress.failed else ""
+        failed += f", {progress.retries} retried" if progress.retries else ""
         self.bar.update(self.task, total=progress.documents, completed=progress.documents_done,
                         info=f"{progress.questions_done:,}/{progress.questions:,} questions, {rate:,.0f} tok/s{failed}")
 

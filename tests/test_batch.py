@@ -70,8 +70,8 @@ def test_nothing_to_read_is_refused(tmp_path):
         expand_inputs(str(tmp_path / "empty"), None)
 
 
-def rows_for(job, answer="x"):
-    rows = error_rows(job, WorkerSpec(), None, "test")
+def rows_for(job, answer="x", spec=WorkerSpec()):
+    rows = error_rows(job, spec, None, "test")
     for row in rows:
         row["answer"] = answer
     return rows
@@ -198,3 +198,37 @@ def test_ray_without_the_extra_says_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)
     with pytest.raises(LocretError, match=r"--ray needs Ray: pip install 'locret-cli\[ray\]'"):
         RayPool("auto", WorkerSpec())
+
+
+def test_two_runs_cannot_write_one_log(tmp_path):
+    with AnswerLog.open(tmp_path / "out.jsonl", RUN):
+        with pytest.raises(LocretError, match="another locret batch is writing"):
+            AnswerLog.open(tmp_path / "out.jsonl", RUN)
+    AnswerLog.open(tmp_path / "out.jsonl", RUN).close()  # free again once the first has closed it
+
+
+def test_the_cli_refuses_bad_batches_in_one_line(tmp_path):
+    from typer.testing import CliRunner
+
+    from locret_cli.cli import app
+
+    (tmp_path / "a.txt").write_text("alpha")
+    questions = questions_file(tmp_path)
+    [job] = expand_inputs(str(tmp_path / "a.txt"), questions)
+    spec = WorkerSpec(settings={"budget": 1024, "temperature": 0.0, "top_p": 1.0, "seed": 0})  # as the CLI's
+    with AnswerLog.open(tmp_path / "done.jsonl", spec.run()) as log:
+        log.append(rows_for(job, spec=spec))
+    cases = [
+        (["batch", str(tmp_path / "*.pdf"), "--questions", questions, "--out", "x.jsonl"], "no file matches"),
+        (["batch", str(tmp_path / "a.txt"), "--questions", questions, "--out", str(tmp_path / "x.csv")],
+         "--out must end in .jsonl"),
+        (["batch", str(tmp_path / "a.txt"), "--questions", questions, "--out", str(tmp_path / "done.jsonl"),
+          "--budget", "2000"], "holds answers made with other options (budget 1024, not 2000)"),
+        (["batch", str(tmp_path / "a.txt"), "--out", str(tmp_path / "y.jsonl")], "give --questions FILE"),
+        (["batch", str(tmp_path / "a.txt"), "--questions", questions, "--out", str(tmp_path / "y.jsonl"),
+          "--save-contexts", str(tmp_path / "nowhere")], "is not a directory"),
+    ]
+    for args, message in cases:
+        result = CliRunner().invoke(app, args)
+        lines = result.output.strip().splitlines()
+        assert result.exit_code == 1 and len(lines) == 1 and message in lines[0], (args, result.output)

@@ -85,3 +85,24 @@ def test_a_run_killed_part_way_resumes_with_every_row_once(tmp_path):
         gate, key = facts[row["source"].rsplit("/", 1)[1]]
         expected = f"The gate code of the north depot is {gate}." if "gate" in row["question"] else f"The pass key is {key}."
         assert row["answer"] == expected and row["error"] is None
+
+
+def test_bad_documents_exit_3_and_sort_restores_input_order(tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    gate, key = fact_document(docs / "b-good.txt", seed=3)
+    (docs / "a-corrupt.pdf").write_bytes(b"%PDF-1.7\nthis is not really a pdf\n")
+    out = tmp_path / "answers.jsonl"
+    command = batch_command(docs, questions_file(tmp_path), out) + ["--sort"]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 3, run.stderr
+    summary = json.loads(run.stdout)
+    assert (summary["documents"], summary["answered"], summary["failed"]) == (2, 2, 2)
+    corrupt = docs / "a-corrupt.pdf"
+    assert summary["failures"] == [f"{corrupt}: {corrupt} is not a readable PDF (PdfStreamError: Stream has ended "
+                                   "unexpectedly)"]
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["source"].rsplit("/", 1)[1], r["question"]) for r in rows] == [
+        ("a-corrupt.pdf", QUESTIONS[0]), ("a-corrupt.pdf", QUESTIONS[1]),
+        ("b-good.txt", QUESTIONS[0]), ("b-good.txt", QUESTIONS[1])]
+    assert [r["answer"] for r in rows[2:]] == [f"The gate code of the north depot is {gate}.", f"The pass key is {key}."]

@@ -13,6 +13,11 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+try:
+    import fcntl
+except ImportError:  # Windows: no advisory locks, so nothing stops two runs sharing a log
+    fcntl = None
+
 from locret_cli.errors import LocretError
 
 ROW_FIELDS = ("key", "source", "question", "answer", "error", "run")
@@ -26,9 +31,8 @@ def row_key(document_id: str, question: str) -> str:
 class AnswerLog:
     """Rows already written (by key) and an append handle for new ones. Use `open`, as a context manager."""
 
-    def __init__(self, path: Path, run: dict, rows: dict[str, dict], torn_bytes: int):
-        self.path, self.run, self.rows, self.torn_bytes = path, run, rows, torn_bytes
-        self.handle = path.open("a", encoding="utf-8")
+    def __init__(self, path: Path, run: dict, rows: dict[str, dict], torn_bytes: int, handle):
+        self.path, self.run, self.rows, self.torn_bytes, self.handle = path, run, rows, torn_bytes, handle
 
     @classmethod
     def open(cls, path: str | Path, run: dict, retry_failed: bool = False) -> "AnswerLog":
@@ -41,15 +45,22 @@ class AnswerLog:
         if path.is_dir() or not path.parent.is_dir():
             raise LocretError(f"cannot write {path}: " + ("it is a directory" if path.is_dir() else
                                                           f"{path.parent} is not a directory"))
-        rows, torn = _read_rows(path) if path.exists() else ({}, 0)
-        for row in rows.values():
-            if row["run"] != run:
-                raise LocretError(f"{path} holds answers made with other options ({_difference(row['run'], run)}): "
-                                  "rerun with those, or write to another --out")
-        if retry_failed and any(row["error"] for row in rows.values()):
-            rows = {key: row for key, row in rows.items() if not row["error"]}
-            _rewrite(path, rows.values())
-        return cls(path, run, rows, torn)
+        handle = _locked(path)  # before reading: another run may be writing it
+        try:
+            rows, torn = _read_rows(path)
+            for row in rows.values():
+                if row["run"] != run:
+                    raise LocretError(f"{path} holds answers made with other options "
+                                      f"({_difference(row['run'], run)}): rerun with those, or write to another --out")
+            if retry_failed and any(row["error"] for row in rows.values()):
+                rows = {key: row for key, row in rows.items() if not row["error"]}
+                _rewrite(path, rows.values())
+                handle.close()
+                handle = _locked(path)
+        except BaseException:
+            handle.close()
+            raise
+        return cls(path, run, rows, torn, handle)
 
     def done(self, key: str) -> bool:
         return key in self.rows
@@ -65,11 +76,11 @@ class AnswerLog:
     def sort(self, order: list[str]) -> None:
         """Rewrite the file with the rows whose keys are in `order` first, in that order, then any others (from
         other inputs) as they were."""
-        self.handle.close()
         rank = {key: n for n, key in enumerate(order)}
         rows = sorted(self.rows.values(), key=lambda row: rank.get(row["key"], len(rank)))
         _rewrite(self.path, rows)
-        self.handle = self.path.open("a", encoding="utf-8")
+        self.handle.close()
+        self.handle = _locked(self.path)
 
     def close(self) -> None:
         self.handle.close()
@@ -79,6 +90,21 @@ class AnswerLog:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _locked(path: Path):
+    """`path` opened for appending, holding an exclusive lock: one run writes a log at a time."""
+    try:
+        handle = path.open("a", encoding="utf-8")
+    except OSError as exc:
+        raise LocretError(f"cannot write {path}: {exc.strerror}") from None
+    if fcntl is not None:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            raise LocretError(f"another locret batch is writing {path}: wait for it, or write to another --out") from None
+    return handle
 
 
 def _read_rows(path: Path) -> tuple[dict[str, dict], int]:

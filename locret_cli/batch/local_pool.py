@@ -30,6 +30,19 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+def default_workers(device: str) -> int:
+    """Two CPU workers where there are two cores or more (on 2 cores, 2 one-thread workers read 14% faster than one
+    two-thread worker: docs/batch.md); one on a GPU, which a second copy of the model would only share."""
+    if device == "cuda":
+        return 1
+    if device == "auto":
+        import torch
+
+        if torch.cuda.is_available():
+            return 1
+    return min(2, usable_cores())
+
+
 def serve(conn, spec: WorkerSpec, factory: Callable[[WorkerSpec], DocumentWorker]) -> None:
     """A worker process: load, say ready, then answer each job sent until None."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)

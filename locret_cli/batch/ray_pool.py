@@ -7,6 +7,7 @@ dead actor's document to a fresh actor once. `ray` is an optional extra: pip ins
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import Callable
 
@@ -72,6 +73,7 @@ class RayPool:
                 ray.shutdown()
 
     def _connect(self) -> None:
+        logging.getLogger("ray").setLevel(logging.ERROR)  # our bar and summary replace Ray's start-up lines
         try:
             self.ray.init(address=self.address, include_dashboard=False, log_to_driver=False,
                           configure_logging=False)

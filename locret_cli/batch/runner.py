@@ -25,7 +25,6 @@ class BatchProgress:
     tokens_read: int = 0  # by documents finished
     tokens_in_flight: dict[int, int] = field(default_factory=dict)  # by job index, as local workers read
     elapsed_s: float = 0.0
-    last_error: str | None = None
 
 
 @dataclass
@@ -88,7 +87,6 @@ def run_batch(jobs: list[Job], log: AnswerLog, pool, on_progress: Callable[[Batc
         errors = [row["error"] for row in result.rows if row["error"]]
         if errors:
             failures.append(f"{job.source}: {errors[0]}")
-            progress.last_error = failures[-1]
         progress.documents_done += 1
         progress.questions_done += len(result.rows)
         progress.failed += len(errors)
@@ -104,10 +102,9 @@ def run_batch(jobs: list[Job], log: AnswerLog, pool, on_progress: Callable[[Batc
         progress.elapsed_s = clock() - started
         on_progress(progress)
 
-    def retried(job: Job, reason: str) -> None:
+    def retried(job: Job, reason: str) -> None:  # the reason is in the error rows if the retry dies too
         progress.tokens_in_flight.pop(job.index, None)
         progress.retries += 1
-        progress.last_error = f"{job.source}: {reason}; retrying"
         tick()
 
     tick()

@@ -87,8 +87,6 @@ class DocumentWorker:
         return JobResult(rows, tokens_read)
 
     def _reading(self, job: Job, on_tokens):
-        if job.error:
-            raise LocretError(job.error)
         saved = None
         if self.spec.save_contexts:
             saved = Path(self.spec.save_contexts) / f"{Path(job.source).stem}-{job.sha256[:12]}.locret"
@@ -114,7 +112,7 @@ def answer_row(job: Job, spec: WorkerSpec, question: str, worker: str, result) -
     document = result.document
     return {
         "key": row_key(job.document_id, question), "source": job.source, "source_sha256": job.sha256,
-        "question": question, "answer": result.answer,
+        "same_as": job.same_as, "question": question, "answer": result.answer,
         "sources": None if result.sources is None else [s.to_json() for s in result.sources],
         "pages": document.pages, "tokens": document.tokens, "model": result.model, "policy": result.policy,
         "settings": asdict(result.settings), "run": spec.run(),
@@ -128,7 +126,7 @@ def error_rows(job: Job, spec: WorkerSpec, error: str, worker: str | None,
                questions: list[str] | None = None) -> list[dict]:
     """One row per question (all of `job`'s by default) saying why it has no answer."""
     return [{"key": row_key(job.document_id, q), "source": job.source, "source_sha256": job.sha256,
-             "question": q, "answer": None, "sources": None, "pages": None, "tokens": None, "model": spec.model,
+             "same_as": job.same_as, "question": q, "answer": None, "sources": None, "pages": None, "tokens": None, "model": spec.model,
              "policy": spec.policy, "settings": None, "run": spec.run(), "timings": None, "worker": worker,
              "error": error} for q in (job.questions if questions is None else questions)]
 

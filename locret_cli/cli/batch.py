@@ -23,9 +23,9 @@ def batch(
     inputs: Annotated[str, typer.Argument(help="A glob ('docs/*.pdf', quoted), a directory, or a JSONL of {\"source\": path, \"questions\": [...]}.")],
     out: Annotated[str, typer.Option("--out", help="The answers, one JSON row per document and question, appended as they come (.jsonl). Rerunning skips what it holds.")],
     questions_file: Annotated[Optional[str], typer.Option("--questions", help="Questions to ask of every document: one per line, or JSONL with a \"question\" key.")] = None,
-    workers: Annotated[Optional[int], typer.Option(help="Worker processes (or Ray actors), each loading the model once. Default: 1 process; with --ray, one actor per GPU or per --threads CPUs.")] = None,
+    workers: Annotated[Optional[int], typer.Option(help="Worker processes (or Ray actors), each loading the model once. Default: 2 processes on a CPU with 2 or more cores (fastest here: docs/batch.md), 1 on a GPU; with --ray, one actor per GPU or per --threads CPUs.")] = None,
     threads: Annotated[Optional[int], typer.Option(help="Torch threads per worker. Default: the cores divided among the local workers; 1 per Ray actor.")] = None,
-    ray: Annotated[Optional[str], typer.Option("--ray", help="Run on Ray: auto (the running cluster), local (start one here) or an address. Needs locret-cli[ray].")] = None,
+    ray: Annotated[Optional[str], typer.Option("--ray", help="Run on Ray: auto (the running cluster), local (start one here) or an address. Needs the ray extra.")] = None,
     save_contexts: Annotated[Optional[str], typer.Option("--save-contexts", help="Keep each document's read cache as DIR/<name>-<hash>.locret; a rerun loads it instead of reading again.")] = None,
     sort: Annotated[bool, typer.Option("--sort", help="When done, rewrite --out in input order (rows are written in completion order).")] = False,
     retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Ask again the questions whose rows in --out are errors (those rows are removed).")] = False,
@@ -40,11 +40,10 @@ def batch(
 ) -> None:
     """Ask every document the same questions, each document read once; resumable, on local workers or Ray.
 
-    Exit status: 0 when every question was answered, 3 when some rows are errors (bad documents), 1 on a usage
-    error, 130 when interrupted (rerun the same command to resume)."""
+    Exits 0 when every question was answered, 3 when some rows are errors, 1 on bad input, 130 when interrupted."""
     from locret_cli.batch.answer_log import AnswerLog
     from locret_cli.batch.inputs import expand_inputs
-    from locret_cli.batch.local_pool import LocalPool, usable_cores
+    from locret_cli.batch.local_pool import LocalPool, default_workers, usable_cores
     from locret_cli.batch.runner import input_order, run_batch
     from locret_cli.batch.work import WorkerSpec
     from locret_cli.report import BatchBar, batch_table
@@ -55,7 +54,7 @@ def batch(
     jobs = expand_inputs(inputs, questions_file, exclude=(out,))
     given = dict(budget=budget, chunk_size=chunk_size, stabilizers=stabilizers, positions=positions,
                  score_pool=score_pool, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed)
-    local_workers = workers or 1
+    local_workers = workers or (None if ray else default_workers(device))
     spec = WorkerSpec(model, heads, policy or "locret", device, dtype, load_4bit, trust_remote_code,
                       {k: v for k, v in given.items() if v is not None}, not no_sources,
                       str(Path(save_contexts).resolve()) if save_contexts else None,
@@ -70,8 +69,12 @@ def batch(
         if log.torn_bytes and not quiet:
             err.print(f"[yellow]warning:[/] {out} ended in a row cut short ({log.torn_bytes} bytes): it was dropped "
                       "and its question is asked again")
-        with BatchBar(err, enabled=not quiet) as bar:
-            summary = run_batch(jobs, log, pool, on_progress=bar.update)
+        try:
+            with BatchBar(err, enabled=not quiet) as bar:
+                summary = run_batch(jobs, log, pool, on_progress=bar.update)
+        except KeyboardInterrupt:
+            err.print(f"interrupted: {out} holds {len(log.rows):,} rows; rerun the same command to resume")
+            raise typer.Exit(130) from None
         if sort:
             log.sort(input_order(jobs))
     if as_json:
