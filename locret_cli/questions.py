@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from locret_cli.errors import LocretError
+from locret_cli.jsonl import jsonl_records
 
 
 def load_questions(path: str) -> list[str]:
@@ -25,11 +25,7 @@ def load_questions(path: str) -> list[str]:
     if file.suffix != ".jsonl" and not numbered[0][1].startswith("{"):
         return [line for _, line in numbered]
     questions = []
-    for number, line in numbered:
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise LocretError(f"{path} line {number} is not valid JSON ({exc.msg})") from None
+    for number, record in jsonl_records(lines, path):
         question = record.get("question") if isinstance(record, dict) else None
         if not isinstance(question, str) or not question.strip():
             raise LocretError(f'{path} line {number} has no "question" string')

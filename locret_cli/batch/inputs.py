@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import glob
 import hashlib
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from locret_cli.errors import LocretError
+from locret_cli.jsonl import jsonl_records
 from locret_cli.questions import load_questions
 
 DOCUMENT_SUFFIXES = (".pdf", ".txt", ".md", ".rst", ".text")
@@ -72,13 +72,7 @@ def _corpus(path: Path, shared: list[str]) -> list[tuple[str, list[str]]]:
         lines = path.read_text(encoding="utf-8-sig").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         raise LocretError(f"cannot read {path}: {exc}") from None
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise LocretError(f"{path} line {number} is not valid JSON ({exc.msg})") from None
+    for number, record in jsonl_records(lines, str(path)):
         source = record.get("source") if isinstance(record, dict) else None
         own = record.get("questions", []) if isinstance(record, dict) else None
         if not isinstance(source, str) or not source.strip():

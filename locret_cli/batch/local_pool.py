@@ -56,6 +56,30 @@ def serve(conn, spec: WorkerSpec, factory: Callable[[WorkerSpec], DocumentWorker
         conn.send(("done", worker.answer(job, on_tokens=lambda n: conn.send(("tokens", n)))))
 
 
+class JobQueue:
+    """Jobs waiting for a worker. A job whose worker died goes back to the front, until it has been handed out
+    ATTEMPTS times; then it is written off as error rows."""
+
+    def __init__(self, jobs: list[Job], spec: WorkerSpec):
+        self.waiting, self.spec, self.handed = deque(jobs), spec, {job.index: 0 for job in jobs}
+
+    def __bool__(self) -> bool:
+        return bool(self.waiting)
+
+    def take(self) -> Job | None:
+        job = self.waiting.popleft() if self.waiting else None
+        if job:
+            self.handed[job.index] += 1
+        return job
+
+    def worker_died(self, job: Job, reason: str, on_result, on_retry) -> None:
+        if self.handed[job.index] < ATTEMPTS:
+            on_retry(job, reason)
+            self.waiting.appendleft(job)
+        else:
+            on_result(job, JobResult(error_rows(job, self.spec, f"{reason}, {ATTEMPTS} times", None)))
+
+
 @dataclass
 class Slot:
     process: multiprocessing.Process
@@ -78,7 +102,7 @@ class LocalPool:
     def run(self, jobs: list[Job], on_result: Callable[[Job, JobResult], None],
             on_tokens: Callable[[Job, int], None] = lambda j, n: None, on_retry: Callable[[Job, str], None] = lambda j, r: None) -> None:
         """Answer every job, calling `on_result` in completion order, in this process."""
-        queue, handed = deque(jobs), {job.index: 0 for job in jobs}
+        queue = JobQueue(jobs, self.spec)
         slots = [self._start() for _ in range(min(self.workers, len(jobs)))]
         finished = False
         try:
@@ -86,9 +110,9 @@ class LocalPool:
                 waiting = {slot.conn: slot for slot in slots} | {slot.process.sentinel: slot for slot in slots}
                 for ready in wait(list(waiting)):
                     slot = waiting[ready]
-                    if slot in slots and not self._receive(slot, queue, handed, on_result, on_tokens):
+                    if slot in slots and not self._receive(slot, queue, on_result, on_tokens):
                         slots.remove(slot)
-                        self._buried(slot, queue, handed, on_result, on_retry)
+                        self._buried(slot, queue, on_result, on_retry)
                         if queue and len(slots) < self.workers:
                             slots.append(self._start())
             finished = True
@@ -102,7 +126,7 @@ class LocalPool:
         child.close()
         return Slot(process, parent)
 
-    def _receive(self, slot: Slot, queue, handed, on_result, on_tokens) -> bool:
+    def _receive(self, slot: Slot, queue: JobQueue, on_result, on_tokens) -> bool:
         """Handle every message `slot` has sent; False once its process has gone."""
         try:
             while slot.conn.poll():
@@ -116,33 +140,21 @@ class LocalPool:
                     job, slot.job = slot.job, None
                     on_result(job, payload)
                 slot.ready = True
-                self._hand_out(slot, queue, handed)
+                slot.job = queue.take()
+                slot.conn.send(slot.job)
         except (EOFError, OSError):  # the pipe closes when the process ends, however it ends
             return False
         return True
 
-    def _hand_out(self, slot: Slot, queue, handed) -> None:
-        slot.job = queue.popleft() if queue else None
-        if slot.job:
-            handed[slot.job.index] += 1
-        slot.conn.send(slot.job)
-
-    def _buried(self, slot: Slot, queue, handed, on_result, on_retry) -> None:
+    def _buried(self, slot: Slot, queue: JobQueue, on_result, on_retry) -> None:
         """A worker is gone: hand its document out again, or after ATTEMPTS deaths write it off."""
         slot.process.join(STOP_WAIT_S)
         code = slot.process.exitcode
         if not slot.ready:
             raise LocretError(f"a worker died while loading the model (exit code {code}); "
                               "if memory is short, try fewer --workers")
-        job = slot.job
-        if job is None:
-            return
-        reason = f"a worker died reading this document (exit code {code})"
-        if handed[job.index] < ATTEMPTS:
-            on_retry(job, reason)
-            queue.appendleft(job)
-        else:
-            on_result(job, JobResult(error_rows(job, self.spec, f"{reason}, {ATTEMPTS} times", None)))
+        if slot.job is not None:
+            queue.worker_died(slot.job, f"a worker died reading this document (exit code {code})", on_result, on_retry)
 
     def _stop(self, slots: list[Slot], finished: bool) -> None:
         """Let idle workers (sent None) exit; stop the rest at once when the run did not finish."""

@@ -8,12 +8,11 @@ dead actor's document to a fresh actor once. `ray` is an optional extra: pip ins
 from __future__ import annotations
 
 import logging
-from collections import deque
 from collections.abc import Callable
 
 from locret_cli.batch.inputs import Job
-from locret_cli.batch.local_pool import ATTEMPTS
-from locret_cli.batch.work import DocumentWorker, JobResult, WorkerSpec, error_rows, one_line
+from locret_cli.batch.local_pool import JobQueue
+from locret_cli.batch.work import DocumentWorker, JobResult, WorkerSpec, one_line
 from locret_cli.errors import LocretError
 
 
@@ -100,12 +99,10 @@ class RayPool:
 
     def _drive(self, actor_class, actors, jobs, on_result, on_retry) -> None:
         ray = self.ray
-        queue, handed, running = deque(jobs), {job.index: 0 for job in jobs}, {}
+        queue, running = JobQueue(jobs, self.spec), {}
 
         def hand_out(actor) -> None:
-            if queue:
-                job = queue.popleft()
-                handed[job.index] += 1
+            if job := queue.take():
                 running[actor.answer.remote(job)] = (actor, job)
 
         for actor in actors:
@@ -117,12 +114,7 @@ class RayPool:
                 result = ray.get(done)
             except ray.exceptions.RayActorError as exc:
                 actors.remove(actor)
-                reason = f"a Ray actor died reading this document ({_cause(exc)})"
-                if handed[job.index] < ATTEMPTS:
-                    on_retry(job, reason)
-                    queue.appendleft(job)
-                else:
-                    on_result(job, JobResult(error_rows(job, self.spec, f"{reason}, {ATTEMPTS} times", None)))
+                queue.worker_died(job, f"a Ray actor died reading this document ({_cause(exc)})", on_result, on_retry)
                 if not queue:
                     continue
                 actor = actor_class.remote(self.spec, self.factory)

@@ -10,13 +10,13 @@ model trained on the "train" side never saw them.
 
 from __future__ import annotations
 
-import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
 
 from locret_cli.documents import Document, Segment, open_document
 from locret_cli.errors import LocretError
+from locret_cli.jsonl import jsonl_records
 from locret_cli.qa_data import document_text
 from locret_cli.synthetic import novel_fact, passkey_fact
 
@@ -81,13 +81,9 @@ def data_samples(path: str | Path) -> list[Sample]:
     if not path.is_file():
         raise LocretError(f"--data {path}: no such file")
     out = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise LocretError(f"--data {path} line {number}: not JSON ({exc.msg})") from None
+    for number, record in jsonl_records(path.read_text(encoding="utf-8").splitlines(), f"--data {path}"):
+        if not isinstance(record, dict):
+            raise LocretError(f"--data {path} line {number}: not a JSON object")
         missing = [k for k in ("context", "question", "answer") if not isinstance(record.get(k), str)]
         if missing:
             raise LocretError(f"--data {path} line {number}: needs string field(s) {', '.join(missing)}")
