@@ -103,7 +103,8 @@ def _locked(path: Path):
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             handle.close()
-            raise LocretError(f"another locret batch is writing {path}: wait for it, or write to another --out") from None
+            raise LocretError(f"another locret batch is writing {path}: wait for it, or write to another "
+                              "--out") from None
     return handle
 
 

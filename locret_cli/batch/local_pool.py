@@ -93,14 +93,16 @@ class LocalPool:
 
     name = "local"
 
-    def __init__(self, spec: WorkerSpec, workers: int, factory: Callable[[WorkerSpec], DocumentWorker] = DocumentWorker):
+    def __init__(self, spec: WorkerSpec, workers: int,
+                 factory: Callable[[WorkerSpec], DocumentWorker] = DocumentWorker):
         if workers < 1:
             raise LocretError("--workers must be at least 1")
         self.spec, self.workers, self.factory = spec, workers, factory
         self.context = multiprocessing.get_context("spawn")
 
     def run(self, jobs: list[Job], on_result: Callable[[Job, JobResult], None],
-            on_tokens: Callable[[Job, int], None] = lambda j, n: None, on_retry: Callable[[Job, str], None] = lambda j, r: None) -> None:
+            on_tokens: Callable[[Job, int], None] = lambda j, n: None,
+            on_retry: Callable[[Job, str], None] = lambda j, r: None) -> None:
         """Answer every job, calling `on_result` in completion order, in this process."""
         queue = JobQueue(jobs, self.spec)
         slots = [self._start() for _ in range(min(self.workers, len(jobs)))]

@@ -51,7 +51,8 @@ class RayPool:
         self.address, self.spec, self.workers, self.factory = address, spec, workers, factory
 
     def run(self, jobs: list[Job], on_result: Callable[[Job, JobResult], None],
-            on_tokens: Callable[[Job, int], None] = lambda j, n: None, on_retry: Callable[[Job, str], None] = lambda j, r: None) -> None:
+            on_tokens: Callable[[Job, int], None] = lambda j, n: None,
+            on_retry: Callable[[Job, str], None] = lambda j, r: None) -> None:
         """Answer every job, calling `on_result` in completion order, in this process."""
         ray = self.ray
         started_here = not ray.is_initialized()

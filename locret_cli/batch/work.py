@@ -126,8 +126,8 @@ def error_rows(job: Job, spec: WorkerSpec, error: str, worker: str | None,
                questions: list[str] | None = None) -> list[dict]:
     """One row per question (all of `job`'s by default) saying why it has no answer."""
     return [{"key": row_key(job.document_id, q), "source": job.source, "source_sha256": job.sha256,
-             "same_as": job.same_as, "question": q, "answer": None, "sources": None, "pages": None, "tokens": None, "model": spec.model,
-             "policy": spec.policy, "settings": None, "run": spec.run(), "timings": None, "worker": worker,
+             "same_as": job.same_as, "question": q, "answer": None, "sources": None, "pages": None, "tokens": None,
+             "model": spec.model, "policy": spec.policy, "settings": None, "run": spec.run(), "timings": None, "worker": worker,
              "error": error} for q in (job.questions if questions is None else questions)]
 
 
