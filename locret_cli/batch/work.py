@@ -109,26 +109,26 @@ class DocumentWorker:
 
 
 def answer_row(job: Job, spec: WorkerSpec, question: str, worker: str, result) -> dict:
-    document = result.document
-    return {
-        "key": row_key(job.document_id, question), "source": job.source, "source_sha256": job.sha256,
-        "same_as": job.same_as, "question": question, "answer": result.answer,
-        "sources": None if result.sources is None else [s.to_json() for s in result.sources],
-        "pages": document.pages, "tokens": document.tokens, "model": result.model, "policy": result.policy,
-        "settings": asdict(result.settings), "run": spec.run(),
-        "timings": {"read_s": round(result.read_s, 4), "answer_s": round(result.answer_s, 4),
-                    "loaded_from": result.loaded_from},
-        "worker": worker, "error": None,
-    }
+    return row(job, spec, question, worker, answer=result.answer,
+               sources=None if result.sources is None else [s.to_json() for s in result.sources],
+               pages=result.document.pages, tokens=result.document.tokens, model=result.model, policy=result.policy,
+               settings=asdict(result.settings),
+               timings={"read_s": round(result.read_s, 4), "answer_s": round(result.answer_s, 4),
+                        "loaded_from": result.loaded_from})
 
 
 def error_rows(job: Job, spec: WorkerSpec, error: str, worker: str | None,
                questions: list[str] | None = None) -> list[dict]:
     """One row per question (all of `job`'s by default) saying why it has no answer."""
-    return [{"key": row_key(job.document_id, q), "source": job.source, "source_sha256": job.sha256,
-             "same_as": job.same_as, "question": q, "answer": None, "sources": None, "pages": None, "tokens": None,
-             "model": spec.model, "policy": spec.policy, "settings": None, "run": spec.run(), "timings": None, "worker": worker,
-             "error": error} for q in (job.questions if questions is None else questions)]
+    return [row(job, spec, q, worker, error=error) for q in (job.questions if questions is None else questions)]
+
+
+def row(job: Job, spec: WorkerSpec, question: str, worker: str | None, **fields) -> dict:
+    """The one place a row's keys are listed (docs/batch.md); `fields` fills in what is known."""
+    return {"key": row_key(job.document_id, question), "source": job.source, "source_sha256": job.sha256,
+            "same_as": job.same_as, "question": question, "answer": None, "sources": None, "pages": None,
+            "tokens": None, "model": spec.model, "policy": spec.policy, "settings": None, "run": spec.run(),
+            "timings": None, "worker": worker, "error": None, **fields}
 
 
 def one_line(exc: BaseException) -> str:

@@ -52,11 +52,12 @@ def batch(
     if save_contexts and not Path(save_contexts).is_dir():
         raise LocretError(f"--save-contexts {save_contexts} is not a directory")
     jobs = expand_inputs(inputs, questions_file, exclude=(out,))
-    given = dict(budget=budget, chunk_size=chunk_size, stabilizers=stabilizers, positions=positions,
-                 score_pool=score_pool, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed)
+    given = o.ReadChoice(budget, chunk_size, stabilizers, positions, score_pool).given()
+    given.update({k: v for k, v in dict(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+                                        seed=seed).items() if v is not None})
     local_workers = workers or (None if ray else default_workers(device))
     spec = WorkerSpec(model, heads, policy or "locret", device, dtype, load_4bit, trust_remote_code,
-                      {k: v for k, v in given.items() if v is not None}, not no_sources,
+                      given, not no_sources,
                       str(Path(save_contexts).resolve()) if save_contexts else None,
                       threads or (None if ray else max(1, usable_cores() // local_workers)))
     if ray:
