@@ -162,7 +162,7 @@ def train_table(summary, out: str) -> Table:
 
 
 class TrainProgress:
-    """Two phases on one Rich bar: computing labels, then training steps with loss, accuracy and tokens/s."""
+    """Training steps on one Rich bar, with loss, accuracy and tokens/s."""
 
     def __init__(self, console: Console, steps: int):
         self.bar = Progress(
@@ -170,8 +170,7 @@ class TrainProgress:
             TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
             console=console, transient=True,
         )
-        self.labels_task = self.bar.add_task("labels", total=None, info="")
-        self.steps_task = self.bar.add_task("training", total=steps, info="", visible=False)
+        self.steps_task = self.bar.add_task("training", total=steps, info="")
 
     def __enter__(self) -> "TrainProgress":
         self.bar.start()
@@ -180,11 +179,8 @@ class TrainProgress:
     def __exit__(self, *exc) -> None:
         self.bar.stop()
 
-    def labels(self, done: int, total: int) -> None:
-        self.bar.update(self.labels_task, completed=done, total=total, info=f"{done}/{total} examples")
-
     def step(self, report) -> None:
-        self.bar.update(self.steps_task, visible=True, completed=report.step,
+        self.bar.update(self.steps_task, completed=report.step,
                         info=f"loss {report.loss:.4f} smooth {report.smooth:.4f} acc {report.accuracy:.3f} "
                              f"{report.tokens_per_s:,.0f} tok/s")
 

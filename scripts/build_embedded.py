@@ -84,11 +84,10 @@ def main() -> None:
         config = TrainConfig(steps=HEADS["steps"], hidden=HEADS["hidden"], lr=HEADS["lr"], seed=args.seed,
                              save_every=HEADS["steps"])
         started = time.time()
-        summary = train_heads(loaded, data, heads_dir, config, max_len=2048, label_cache=args.out / "labels",
-                              warn=log, on_step=lambda r: r.step % 100 == 0 and log(
+        summary = train_heads(loaded, data, heads_dir, config, max_len=2048, warn=log, on_step=lambda r: r.step % 100 == 0 and log(
                                   f"heads step {r.step} loss {r.loss:.4f} acc {r.accuracy:.3f} "
                                   f"{r.tokens_per_s:,.0f} tok/s"))
-        log(f"heads: {summary.steps} steps in {summary.seconds:.0f} s ({time.time() - started:.0f} s with labels), "
+        log(f"heads: {summary.steps} steps in {summary.seconds:.0f} s ({time.time() - started:.0f} s with loading), "
             f"held-out top-10% overlap {summary.heldout_accuracy:.3f}, peak RSS {summary.peak_bytes / 2**20:.0f} MiB")
 
     PACKAGE.mkdir(exist_ok=True)

@@ -15,7 +15,6 @@ from locret_cli.heads import load_heads
 from locret_cli.loading import load_model
 from locret_cli.training import TrainConfig, train_heads
 from locret_cli.training.data import load_records, tokenize
-from locret_cli.training.labels import LabelCache
 from locret_cli.training.trainer import HeadTrainer
 
 runner = CliRunner()
@@ -73,7 +72,7 @@ def train(model_dir, data, out, steps, tmp_path, **overrides):
     loaded = load_model(str(model_dir), device="cpu", dtype="fp32")
     config = TrainConfig(steps=steps, hidden=32, lr=3e-3, save_every=5, **overrides)
     reports = []
-    summary = train_heads(loaded, data, out, config, label_cache=tmp_path / "labels", on_step=reports.append)
+    summary = train_heads(loaded, data, out, config, on_step=reports.append)
     return loaded, summary, reports
 
 
@@ -81,7 +80,7 @@ def untrained_accuracy(loaded, data, tmp_path) -> float:
     """Held-out top-10% overlap of freshly initialised heads: the same split, seed and labels as `train`."""
     examples = tokenize(load_records(data, lambda _: None), loaded.tokenizer, loaded.model, 10240)
     config = TrainConfig(steps=1, hidden=32)
-    trainer = HeadTrainer(loaded.model, examples, LabelCache(tmp_path / "labels-untrained"), tmp_path / "x", config)
+    trainer = HeadTrainer(loaded.model, examples, tmp_path / "x", config)
     per_layer = trainer.evaluate()
     return sum(per_layer) / len(per_layer)
 
@@ -120,8 +119,8 @@ def test_resume_equals_an_uninterrupted_run(tmp_path, model_dir):
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        train_heads(loaded, data, tmp_path / "b", config, label_cache=tmp_path / "labels", on_step=interrupt)
-    resumed = train_heads(loaded, data, tmp_path / "b", config, resume=True, label_cache=tmp_path / "labels")
+        train_heads(loaded, data, tmp_path / "b", config, on_step=interrupt)
+    resumed = train_heads(loaded, data, tmp_path / "b", config, resume=True)
     assert resumed.steps == 12 and resumed.final_loss == straight.final_loss
     a, b = (load_heads(tmp_path / d, loaded.model, dtype=torch.float32) for d in ("a", "b"))
     for pa, pb in zip(a.parameters(), b.parameters()):
@@ -131,7 +130,7 @@ def test_resume_equals_an_uninterrupted_run(tmp_path, model_dir):
 def test_cli_trains_refuses_to_overwrite_and_reports_bad_data(tmp_path, model_dir):
     data = write_pairs(tmp_path / "d.jsonl")
     args = ["train", "--model", str(model_dir), "--data", str(data), "--out", str(tmp_path / "h"), "--steps", "4",
-            "--hidden", "16", "--label-cache", str(tmp_path / "labels"), "--json"]
+            "--hidden", "16", "--json"]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["steps"] == 4

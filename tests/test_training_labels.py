@@ -9,7 +9,10 @@ import torch
 
 from conftest import tiny_model
 from locret_cli.training import labels as labels_module
-from locret_cli.training.labels import LabelCache, compute_labels
+from locret_cli.training import trainer as trainer_module
+from locret_cli.training.data import TokenizedExample
+from locret_cli.training.labels import compute_labels
+from locret_cli.training.trainer import HeadTrainer, TrainConfig, top_overlap
 
 
 def brute_force_labels(model, family, ids: list[int], prompt_length: int) -> torch.Tensor:
@@ -48,8 +51,25 @@ def test_labels_equal_dense_brute_force(family, monkeypatch):
     assert model.config._attn_implementation == "sdpa"  # restored
 
 
-def test_label_cache_computes_once(tmp_path, llama, monkeypatch):
-    cache = LabelCache(tmp_path)
-    first = cache.get(0, llama, [3, 4, 5, 6], [7, 8])
-    monkeypatch.setattr(labels_module, "compute_labels", lambda *a: pytest.fail("recomputed"))
-    torch.testing.assert_close(cache.get(0, llama, [3, 4, 5, 6], [7, 8]), first)
+def test_training_takes_the_same_labels_in_its_one_forward(tmp_path, llama, monkeypatch):
+    """The trainer reads labels inside the forward that feeds its heads; they equal the standalone labels."""
+    prompt, answer = [3, 9, 4, 17, 5, 6, 11], [7, 8, 2]
+    seen = {}
+
+    def recording(query, key, prompt_length, scaling):
+        labels = compute_one(query, key, prompt_length, scaling)
+        seen[len(seen)] = labels
+        return labels
+
+    compute_one = trainer_module.answer_to_prompt_max
+    monkeypatch.setattr(trainer_module, "answer_to_prompt_max", recording)
+    trainer = HeadTrainer(llama, [TokenizedExample(prompt, answer)], tmp_path, TrainConfig(steps=1, hidden=8))
+    trainer.run_example(0, train=False)
+    torch.testing.assert_close(torch.stack([seen[i] for i in range(len(seen))]), compute_labels(llama, prompt, answer))
+
+
+def test_top_overlap_counts_shared_top_tokens_per_kv_head():
+    target = torch.tensor([[9.0, 0.0], [8.0, 1.0], [0.0, 9.0], [1.0, 8.0]] * 5)  # (20 tokens, 2 KV heads)
+    pred = target.clone()
+    pred[:, 1] = -pred[:, 1]  # head 0 agrees exactly, head 1 ranks everything backwards
+    assert top_overlap(pred, target, fraction=0.1) == 0.5

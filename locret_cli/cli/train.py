@@ -17,7 +17,7 @@ from locret_cli.library_logs import quiet_libraries
 @app.command()
 @domain_errors
 def train(
-    model: Annotated[str, typer.Option(help="Hub id or local directory of the (frozen) model.")],
+    model: Annotated[str, typer.Option(help="Hub id, local directory, .gguf file or smollm2: the (frozen) model.")],
     data: Annotated[str, typer.Option(help="JSONL of prompt/answer, or ShareGPT-style JSON conversations.")],
     out: Annotated[str, typer.Option(help="Directory for the trained heads and checkpoints.")],
     steps: Annotated[int, typer.Option(help="Optimiser steps (one example each).")] = 3000,
@@ -35,7 +35,6 @@ def train(
     seed: Annotated[int, typer.Option(help="Seed for head initialisation and data order.")] = 0,
     resume: Annotated[bool, typer.Option("--resume", help="Continue from the newest checkpoint in --out.")] = False,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace heads already in --out.")] = False,
-    label_cache: Annotated[Optional[str], typer.Option(help="Label cache directory. Default ~/.cache/locret/labels.")] = None,
     device: o.Device = "auto",
     dtype: Annotated[str, typer.Option(help="Dtype of the frozen model: auto, bf16, fp16 or fp32.")] = "auto",
     load_4bit: Annotated[bool, typer.Option("--load-4bit", help="Load the frozen model in 4-bit nf4.")] = False,
@@ -43,8 +42,6 @@ def train(
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as one JSON document on stdout.")] = False,
 ) -> None:
     """Train retaining heads for MODEL on prompt/answer DATA and save them in OUT."""
-    from pathlib import Path
-
     from locret_cli.loading import load_model
     from locret_cli.report import TrainProgress, train_table
     from locret_cli.training import TrainConfig, train_heads
@@ -59,8 +56,7 @@ def train(
     with TrainProgress(err, steps) as progress:
         summary = train_heads(
             loaded, data, out, config, max_len=max_len, resume=resume, overwrite=overwrite,
-            label_cache=Path(label_cache) if label_cache else None,
-            warn=lambda m: err.print(f"[yellow]warning:[/] {m}"), on_labels=progress.labels, on_step=progress.step,
+            warn=lambda m: err.print(f"[yellow]warning:[/] {m}"), on_step=progress.step,
         )
     if as_json:
         from dataclasses import asdict

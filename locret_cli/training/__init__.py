@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
 from locret_cli.loading import LoadedModel
+from locret_cli.models.identity import model_identity
 from locret_cli.training.data import load_records, tokenize
-from locret_cli.training.labels import LabelCache, cache_key
 from locret_cli.training.trainer import HeadTrainer, StepReport, TrainConfig, TrainSummary, check_output
 
-__all__ = ["StepReport", "TrainConfig", "TrainSummary", "default_label_cache", "train_heads"]
-
-
-def default_label_cache() -> Path:
-    """Where labels are cached unless --label-cache says otherwise: $XDG_CACHE_HOME/locret/labels."""
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "locret" / "labels"
+__all__ = ["StepReport", "TrainConfig", "TrainSummary", "train_heads"]
 
 
 def descriptive_name(model: str) -> str:
@@ -35,9 +29,7 @@ def train_heads(
     max_len: int = 10240,
     resume: bool = False,
     overwrite: bool = False,
-    label_cache: Path | None = None,
     warn: Callable[[str], None] = lambda _: None,
-    on_labels: Callable[[int, int], None] | None = None,
     on_step: Callable[[StepReport], None] | None = None,
 ) -> TrainSummary:
     """Train heads for `loaded.model` on `data` and save them in `out` (heads.safetensors + heads.json)."""
@@ -45,16 +37,12 @@ def train_heads(
     check_output(out, resume, overwrite)
     model = loaded.model.requires_grad_(False).eval()
     examples = tokenize(load_records(data, warn), loaded.tokenizer, model, max_len)
-    cache = LabelCache((label_cache or default_label_cache()) / cache_key(model, examples))
-    for index, example in enumerate(examples):
-        cache.get(index, model, example.prompt_ids, example.answer_ids)
-        if on_labels:
-            on_labels(index + 1, len(examples))
-    trainer = HeadTrainer(model, examples, cache, out, config)
+    trainer = HeadTrainer(model, examples, out, config)
     if resume and not trainer.resume():
         warn(f"no checkpoint in {out}; starting from step 0")
     summary = trainer.train(on_step)
-    trainer.heads.save(out, extra={"model": descriptive_name(loaded.name), "data": Path(data).name, "training": {
+    trainer.heads.save(out, extra={"model": descriptive_name(loaded.name), "model_identity": model_identity(model),
+                                   "data": Path(data).name, "training": {
         **asdict(config), "max_len": max_len, "final_loss": summary.final_loss,
         "heldout_accuracy": summary.heldout_accuracy}})
     return summary

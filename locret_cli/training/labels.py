@@ -4,18 +4,13 @@ For layer l, KV head g and prompt token k: label = max over answer positions p a
 the pre-softmax score (Q Kᵀ)[h, p, k] · scaling, with Q and K post-RoPE as the model computes them.
 
 The scores are taken inside the model's own attention call (`probe.py`), from the real query and key after any
-q/k norm and RoPE, and reduced block by block, so no T×T matrix is ever built. Labels are cached on disk, keyed
-by the model and the examples' token ids.
+q/k norm and RoPE, and reduced block by block, so no T×T matrix is ever built. Training computes them in the same
+forward that feeds the heads (`trainer.py`); `compute_labels` is the standalone form.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-from pathlib import Path
-
 import torch
-from safetensors.torch import load_file, save_file
 
 from locret_cli.probe import observe_attention
 
@@ -52,32 +47,3 @@ def compute_labels(model, prompt_ids: list[int], answer_ids: list[int]) -> torch
     with observe_attention(model, observe):
         model.model(input_ids=torch.tensor([prompt_ids + answer_ids], device=model.device))
     return torch.stack([layers[i] for i in sorted(layers)]).cpu()
-
-
-def cache_key(model, examples) -> str:
-    """Hash of what the labels depend on: the model's config and weights' identity, and every example's token ids
-    (which carry the data, `max_len` and the prompt layout)."""
-    digest = hashlib.sha256()
-    digest.update(json.dumps(model.config.to_dict(), sort_keys=True, default=str).encode())
-    digest.update(str(getattr(model, "name_or_path", "")).encode())
-    first = next(model.parameters())
-    digest.update(first.detach().float().flatten()[:4096].cpu().numpy().tobytes())
-    for example in examples:
-        digest.update(json.dumps([example.prompt_ids, example.answer_ids]).encode())
-    return digest.hexdigest()[:16]
-
-
-class LabelCache:
-    """One safetensors file of labels per example under `directory`, computed on first use."""
-
-    def __init__(self, directory: Path):
-        self.directory = directory
-        directory.mkdir(parents=True, exist_ok=True)
-
-    def get(self, index: int, model, prompt_ids: list[int], answer_ids: list[int]) -> torch.Tensor:
-        path = self.directory / f"{index}.safetensors"
-        if path.exists():
-            return load_file(str(path))["labels"].float()
-        labels = compute_labels(model, prompt_ids, answer_ids)
-        save_file({"labels": labels.half().contiguous()}, str(path))
-        return labels.half().float()

@@ -1,8 +1,9 @@
 """Training retaining heads on a frozen model.
 
-Each step takes one example: the frozen model runs on its prompt with the same q/k/v hooks inference uses, and as
-each layer's projections arrive its head predicts scores, the loss SmoothL1(pred, label) + α·MSE(pred[k], pred[k-1])
-is taken, and its gradient flows into that head at once, so only one layer's activations are alive at a time.
+Each step takes one example: the frozen model runs once on its prompt and answer with the same q/k/v hooks inference
+uses; as each layer's attention runs, its labels are taken from the answer's queries, its head predicts scores for
+the prompt's tokens, the loss SmoothL1(pred, label) + α·MSE(pred[k], pred[k-1]) is taken, and its gradient flows into
+that head at once, so only one layer's activations are alive at a time.
 AdamW with linear warmup then linear decay, gradient values clipped. Data order depends only on the seed and the
 step, so a resumed run continues exactly where an uninterrupted one would be.
 """
@@ -25,7 +26,9 @@ from locret_cli.errors import LocretError
 from locret_cli.heads import HEADS_CONFIG, RetainingHeads, load_heads
 from locret_cli.measure import peak_memory, reset_peak
 from locret_cli.training.data import TokenizedExample
-from locret_cli.training.labels import LabelCache
+from locret_cli.loading import cpu_has_fast_bf16
+from locret_cli.probe import observe_attention
+from locret_cli.training.labels import answer_to_prompt_max
 
 CHECKPOINTS = "checkpoints"
 
@@ -75,20 +78,18 @@ def top_overlap(pred: torch.Tensor, target: torch.Tensor, fraction: float = 0.1)
 
     pred, target: (T, kv_heads)."""
     k = max(1, math.ceil(fraction * pred.shape[0]))
-    hits = 0.0
-    for head in range(pred.shape[1]):
-        chosen = set(pred[:, head].topk(k).indices.tolist())
-        hits += len(chosen & set(target[:, head].topk(k).indices.tolist())) / k
-    return hits / pred.shape[1]
+    chosen = torch.zeros_like(pred, dtype=torch.bool).scatter_(0, pred.topk(k, dim=0).indices, True)
+    wanted = target.topk(k, dim=0).indices
+    return float(chosen.gather(0, wanted).float().mean())
 
 
 class HeadTrainer:
-    """Trains `heads` (float32) for the frozen `model` on tokenized examples with cached labels."""
+    """Trains `heads` (float32) for the frozen `model` on tokenized examples."""
 
-    def __init__(self, model, examples: list[TokenizedExample], labels: LabelCache, out: Path, config: TrainConfig):
+    def __init__(self, model, examples: list[TokenizedExample], out: Path, config: TrainConfig):
         if config.steps <= 0:
             raise LocretError("--steps must be positive")
-        self.model, self.examples, self.labels, self.out, self.config = model, examples, labels, out, config
+        self.model, self.examples, self.out, self.config = model, examples, out, config
         order = list(range(len(examples)))
         random.Random(config.seed).shuffle(order)
         held = max(1, round(config.eval_fraction * len(order))) if len(order) >= 2 else 0
@@ -97,6 +98,7 @@ class HeadTrainer:
         torch.manual_seed(config.seed)
         self.warmup = config.warmup if config.warmup is not None else max(1, config.steps // 20)
         self.step = 0
+        self.last_loss = self.last_smooth = float("nan")  # of the latest step, kept in checkpoints
         self._optimise(RetainingHeads.for_model(model, config.hidden).float().to(model.device))
 
     def _optimise(self, heads: RetainingHeads) -> None:
@@ -119,17 +121,27 @@ class HeadTrainer:
         return self._order[offset]
 
     def run_example(self, index: int, train: bool) -> tuple[float, float, list[float]]:
-        """One frozen forward over example `index`'s prompt; returns (loss, smooth, per-layer overlap)."""
+        """One frozen forward over example `index`'s prompt and answer; returns (loss, smooth, per-layer overlap).
+
+        The same forward gives each layer's head its input (the prompt's pre-RoPE q, k, v, from the capture hooks)
+        and its labels (the answer's queries against the prompt's keys, from inside attention, which runs after the
+        layer's projections): no separate label pass, nothing cached between steps.
+        """
         example = self.examples[index]
-        labels = self.labels.get(index, self.model, example.prompt_ids, example.answer_ids).to(self.model.device)
+        prompt_length = len(example.prompt_ids)
         layers = len(self.heads.layers)
         fits, smooths, overlaps = [0.0] * layers, [0.0] * layers, [0.0] * layers
-        autocast = torch.autocast("cuda", dtype=torch.bfloat16) if self.model.device.type == "cuda" else nullcontext()
+        inputs: dict[int, torch.Tensor] = {}
 
         def on_qkv(layer_idx, q, k, v):
-            with torch.enable_grad() if train else nullcontext(), autocast:
-                pred = self.heads.layers[layer_idx](torch.cat((q, k, v), dim=-1)[0].float()).float()
-                target = labels[layer_idx].T
+            inputs[layer_idx] = torch.cat((q[0, :prompt_length], k[0, :prompt_length], v[0, :prompt_length]), dim=-1)
+
+        def on_attention(layer_idx, query, key, scaling):
+            target = answer_to_prompt_max(query, key, prompt_length, scaling).T  # (prompt_length, kv_heads)
+            autocast = self.autocast()
+            with torch.enable_grad() if train else nullcontext(), autocast or nullcontext():
+                x = inputs.pop(layer_idx)
+                pred = self.heads.layers[layer_idx](x if autocast else x.float()).float()
                 fit = F.smooth_l1_loss(pred, target)
                 smooth = F.mse_loss(pred[1:], pred[:-1]) if pred.shape[0] > 1 else pred.sum() * 0
                 if train:
@@ -137,18 +149,25 @@ class HeadTrainer:
             fits[layer_idx], smooths[layer_idx] = fit.item(), smooth.item()
             overlaps[layer_idx] = top_overlap(pred.detach(), target)
 
-        with torch.no_grad(), capture_qkv(self.model, on_qkv):
-            self.model.model(input_ids=torch.tensor([example.prompt_ids], device=self.model.device))
+        ids = torch.tensor([example.prompt_ids + example.answer_ids], device=self.model.device)
+        with torch.no_grad(), capture_qkv(self.model, on_qkv), observe_attention(self.model, on_attention):
+            self.model.model(input_ids=ids)
         return sum(fits) / layers, sum(smooths) / layers, overlaps
+
+    def autocast(self) -> torch.autocast | None:
+        """Heads keep float32 weights and compute in bf16 where bf16 matmuls are fast (CUDA; CPUs with AMX or
+        AVX512-BF16; docs/training.md measures it); None where they compute in float32."""
+        if self.model.device.type == "cuda" or cpu_has_fast_bf16():
+            return torch.autocast(self.model.device.type, dtype=torch.bfloat16)
+        return None
 
     def train(self, on_step: Callable[[StepReport], None] | None = None) -> TrainSummary:
         reset_peak(self.model.device)
         started = time.perf_counter()
-        loss = smooth = float("nan")
         tokens = 0
         while self.step < self.config.steps:
             index = self.example_at(self.step)
-            loss, smooth, overlaps = self.run_example(index, train=True)
+            self.last_loss, self.last_smooth, overlaps = self.run_example(index, train=True)
             torch.nn.utils.clip_grad_value_(self.heads.parameters(), self.config.clip_value)
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
@@ -159,13 +178,15 @@ class HeadTrainer:
                 self.save_checkpoint()
             if on_step:
                 elapsed = time.perf_counter() - started
-                on_step(StepReport(self.step, self.config.steps, loss, smooth, sum(overlaps) / len(overlaps),
+                on_step(StepReport(self.step, self.config.steps, self.last_loss, self.last_smooth,
+                                   sum(overlaps) / len(overlaps),
                                    tokens / elapsed))
         per_layer = self.evaluate()
         memory, device = peak_memory(self.model.device)
         return TrainSummary(
             steps=self.step, seconds=time.perf_counter() - started, peak_bytes=memory, peak_device=device,
-            final_loss=loss, final_smooth=smooth, heldout_accuracy=sum(per_layer) / len(per_layer),
+            final_loss=self.last_loss, final_smooth=self.last_smooth,
+            heldout_accuracy=sum(per_layer) / len(per_layer),
             heldout_per_layer=per_layer, heldout_examples=len(self.heldout), train_examples=len(self.train_order),
             config=asdict(self.config),
         )
@@ -182,7 +203,8 @@ class HeadTrainer:
     def save_checkpoint(self) -> None:
         directory = self.out / CHECKPOINTS / f"step-{self.step:07d}"
         self.heads.save(directory)
-        state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(), "step": self.step}
+        state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(), "step": self.step,
+                 "loss": self.last_loss, "smooth": self.last_smooth}
         torch.save(state, directory / "state.pt")
         for old in sorted((self.out / CHECKPOINTS).glob("step-*"))[:-2]:
             for file in old.iterdir():
@@ -200,6 +222,7 @@ class HeadTrainer:
         self.optimizer.load_state_dict(state["optimizer"])  # after the scheduler, which resets the lr it finds
         self.scheduler.load_state_dict(state["scheduler"])
         self.step = state["step"]
+        self.last_loss, self.last_smooth = state.get("loss", float("nan")), state.get("smooth", float("nan"))
         return True
 
 
