@@ -22,6 +22,7 @@ from locret_cli.errors import LocretError
 from locret_cli.heads import RetainingHeads, load_heads
 from locret_cli.loading import LoadedModel, load_model
 from locret_cli.measure import check_fits, plan_memory, reset_peak
+from locret_cli.models.shipped import find_shipped
 from locret_cli.policies import Policy, make_policy
 from locret_cli.prompt import prompt_layout, stop_token_ids
 from locret_cli.reading import SOURCES_SHOWN, AskResult, DocumentInfo, Reading
@@ -128,8 +129,9 @@ def load_session(
     trust_remote_code: bool = False,
     heads_required: bool = True,
 ) -> Session:
-    """Load a model (the embedded default when `model` is None) and the heads the policy needs. A session that only
-    answers from saved contexts needs no heads: pass heads_required=False."""
+    """Load a model (the embedded default when `model` is None) and the heads the policy needs: `heads`, else those
+    shipped for this model (`models/shipped.py`), whose engine settings then become the defaults. A session that
+    only answers from saved contexts needs no heads: pass heads_required=False."""
     if model is None:
         from locret_cli.embedded import load_embedded
 
@@ -139,7 +141,10 @@ def load_session(
         chosen_heads = load_heads(heads, loaded.model) if heads else embedded_heads
         return Session(loaded, chosen_heads, policy)
     loaded = load_model(model, device, dtype, load_4bit, trust_remote_code)
-    chosen_heads = load_heads(heads, loaded.model) if heads else None
+    shipped = find_shipped(loaded.model)
+    if shipped is not None:
+        loaded.defaults = shipped.defaults
+    chosen_heads = load_heads(heads or shipped.directory, loaded.model) if heads or shipped else None
     if policy == "locret" and chosen_heads is None and heads_required:
         raise LocretError(
             "the locret policy needs retaining heads for this model: pass --heads DIR "

@@ -5,7 +5,7 @@ token, and the output holds one causal importance score (CIS) per KV head.
 
 Two on-disk formats are read:
 - ours: `heads.safetensors` (keys `layers.{i}.fc1.weight`, ...) beside `heads.json`, which records the model shape
-  the heads were trained for;
+  the heads were trained for and, since heads are trained with it, the model's identity (`models/identity.py`);
 - the official Locret checkpoints: weights named `model.layers.{i}.self_attn.fc1.weight` / `fc2.weight` (and biases),
   in `.safetensors` or `.bin` files, possibly inside a full model checkpoint.
 """
@@ -141,13 +141,25 @@ def load_heads(path: str | Path, model, dtype: torch.dtype | None = None) -> Ret
     config = model.config.get_text_config(decoder=True)
     shape = ModelShape.from_config(config)
     if path.is_dir() and (path / HEADS_CONFIG).exists():
-        heads = _load_ours(path, shape)
+        heads = _load_ours(path, shape, model)
     else:
         heads = _load_official(path, shape, config.hidden_act)
     return heads.to(device=model.device, dtype=dtype or compute_dtype(model)).eval()
 
 
-def _load_ours(directory: Path, shape: ModelShape) -> RetainingHeads:
+def _check_identity(directory: Path, identity: dict, model) -> None:
+    """Refuse heads recorded for other weights of the same shape (`models/identity.py`)."""
+    from locret_cli.models.identity import SAME_MODEL, same_model
+
+    match, cosine = same_model(model, identity)
+    if not match:
+        raise LocretError(
+            f"heads in {directory} were trained for another model of this shape (its weights agree with the "
+            f"model's to cosine {cosine:.2f}; the same model in any precision agrees above {SAME_MODEL})"
+        )
+
+
+def _load_ours(directory: Path, shape: ModelShape, model) -> RetainingHeads:
     try:
         meta = json.loads((directory / HEADS_CONFIG).read_text())
     except json.JSONDecodeError as exc:
@@ -155,6 +167,8 @@ def _load_ours(directory: Path, shape: ModelShape) -> RetainingHeads:
     if meta.get("format") != FORMAT_NAME:
         raise LocretError(f"{directory / HEADS_CONFIG} is not a locret heads config")
     saved = ModelShape(**meta["model_shape"])
+    if saved == shape and meta.get("model_identity"):
+        _check_identity(directory, meta["model_identity"], model)
     if saved != shape:
         diffs = ", ".join(
             f"{k} {v} (model has {getattr(shape, k)})" for k, v in asdict(saved).items() if getattr(shape, k) != v

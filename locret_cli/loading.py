@@ -61,11 +61,23 @@ def load_model(
     load_4bit: bool = False,
     trust_remote_code: bool = False,
 ) -> LoadedModel:
-    """Load a causal LM and its tokenizer by Hub id or local directory, and check locret can drive it."""
+    """Load a causal LM and its tokenizer by Hub id, local directory, GGUF file or known short name
+    (`models/named.py`), and check locret can drive it."""
     from transformers import AutoModelForCausalLM
+
+    from locret_cli.models import gguf, named
 
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
+    source = named.resolve(name)
+    if gguf.is_gguf(source):
+        if load_4bit:
+            raise LocretError("--load-4bit applies to Hub and safetensors checkpoints; a GGUF file is already quantized")
+        try:
+            model, tokenizer = gguf.load(Path(source), torch_dtype, trust_remote_code)
+        except (OSError, ValueError) as exc:
+            raise LocretError(_explain_load_failure(source, exc)) from None
+        return _checked(model.to(torch_device), tokenizer, name)
     kwargs: dict = {"dtype": torch_dtype, "trust_remote_code": trust_remote_code, "attn_implementation": "sdpa"}
     if load_4bit:
         if importlib.util.find_spec("bitsandbytes") is None:
@@ -77,12 +89,14 @@ def load_model(
         )
         kwargs["device_map"] = {"": str(torch_device)}
     try:
-        tokenizer = load_tokenizer(name, trust_remote_code)
-        model = AutoModelForCausalLM.from_pretrained(name, **kwargs)
+        tokenizer = load_tokenizer(source, trust_remote_code)
+        model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
     except (OSError, ValueError) as exc:
-        raise LocretError(_explain_load_failure(name, exc)) from None
-    if not load_4bit:
-        model = model.to(torch_device)
+        raise LocretError(_explain_load_failure(source, exc)) from None
+    return _checked(model if load_4bit else model.to(torch_device), tokenizer, name)
+
+
+def _checked(model, tokenizer, name: str) -> LoadedModel:
     model.eval()
     check_supported(model.config)
     check_projections(model)

@@ -17,7 +17,7 @@ from locret_cli.errors import LocretError
 @app.command()
 @domain_errors
 def bench(
-    model: Annotated[Optional[str], typer.Option(help="Hub id or local directory. Default: the embedded model.")] = None,
+    model: Annotated[Optional[str], typer.Option(help="Hub id, local directory, .gguf file, or smollm2 (SmolLM2-135M-Instruct, with shipped heads). Default: the embedded model.")] = None,
     arch: Annotated[Optional[str], typer.Option(help="A shape preset with random weights: smollm2-135m, qwen2.5-0.5b, llama-3.2-1b, llama-3.1-8b or phi-3-mini-128k. Speed and memory only.")] = None,
     heads: Annotated[Optional[str], typer.Option(help="Retaining heads for --model (the locret policy needs them).")] = None,
     policies: Annotated[str, typer.Option(help="Comma-separated policies.")] = "locret,streaming,h2o,snapkv,random,knorm,full",

@@ -12,8 +12,8 @@ from rich.console import Console
 
 from locret_cli.errors import LocretError
 
-Model = Annotated[Optional[str], typer.Option(help="Hub id or local directory. Default: the embedded model.")]
-Heads = Annotated[Optional[str], typer.Option(help="Retaining heads: a locret heads dir or an official Locret checkpoint.")]
+Model = Annotated[Optional[str], typer.Option(help="Hub id, local directory, .gguf file, or smollm2 (SmolLM2-135M-Instruct, with shipped heads). Default: the embedded model.")]
+Heads = Annotated[Optional[str], typer.Option(help="Retaining heads: a locret heads dir or an official Locret checkpoint. Default: those shipped for the model, if any.")]
 PolicyName = Annotated[Optional[str], typer.Option("--policy", help="Eviction policy: locret (default), streaming, h2o, snapkv, random, knorm or full.")]
 Budget = Annotated[Optional[int], typer.Option(help="Cache entries kept per KV head. Default 6000, or the model's recorded default.")]
 ChunkSize = Annotated[Optional[int], typer.Option(help="Tokens prefilled per step. Default 3072.")]

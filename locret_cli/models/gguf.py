@@ -1,0 +1,66 @@
+"""GGUF model files (llama.cpp's format), loaded through transformers' GGUF reader.
+
+transformers dequantizes every tensor while loading: a 4-bit GGUF file becomes an ordinary model in the dtype asked
+for (docs/real-models.md measures what that costs). Only the families locret supports are accepted; the file's
+architecture is read from its header before anything heavy happens.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from locret_cli.errors import LocretError
+
+INSTALL_HINT = "pip install 'locret-cli[gguf]'"
+# GGUF `general.architecture` values of the families locret supports (README: Llama, Mistral, Qwen2/3, Phi-3)
+SUPPORTED = ("llama", "mistral", "qwen2", "qwen3", "phi3")
+
+
+def is_gguf(name: str) -> bool:
+    return name.lower().endswith(".gguf")
+
+
+def require_packages() -> None:
+    """transformers reads GGUF with `gguf` and places weights with `accelerate`; say how to get both."""
+    missing = [name for name in ("gguf", "accelerate") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise LocretError(f"GGUF models need {' and '.join(missing)}: {INSTALL_HINT}")
+
+
+def architecture(path: Path) -> str:
+    """The file's `general.architecture`, refusing a file that is missing or not GGUF."""
+    if not path.is_file():
+        raise LocretError(f"no such GGUF file: {path}")
+    require_packages()
+    from gguf import GGUFReader
+
+    try:
+        reader = GGUFReader(str(path))
+        field = reader.fields["general.architecture"]
+        return bytes(field.parts[field.data[0]]).decode()
+    except (KeyError, ValueError, IndexError, OSError) as exc:
+        raise LocretError(f"{path} is not a readable GGUF file: {str(exc).splitlines()[0] if str(exc) else exc!r}")
+
+
+def check_supported(path: Path) -> str:
+    """The architecture of a GGUF file locret can drive; any other is refused in one line."""
+    found = architecture(path)
+    if found not in SUPPORTED:
+        raise LocretError(
+            f"{path.name} holds a {found!r} model; locret reads GGUF files of {', '.join(SUPPORTED)} models"
+        )
+    return found
+
+
+def load(path: Path, dtype, trust_remote_code: bool):
+    """(model, tokenizer) from a GGUF file, both from the file alone."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    check_supported(path)
+    directory, name = str(path.parent), path.name
+    tokenizer = AutoTokenizer.from_pretrained(directory, gguf_file=name, trust_remote_code=trust_remote_code)
+    model = AutoModelForCausalLM.from_pretrained(
+        directory, gguf_file=name, dtype=dtype, trust_remote_code=trust_remote_code, attn_implementation="sdpa"
+    )
+    return model, tokenizer

