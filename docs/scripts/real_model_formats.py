@@ -73,10 +73,10 @@ def main() -> None:
     directory = args.work / "smollm2-safetensors"
     if not directory.exists():
         from locret_cli.loading import load_model
+        from locret_cli.models.gguf import save_dequantized
 
         loaded = load_model("smollm2", device="cpu", dtype="bf16")
-        loaded.model.save_pretrained(directory)
-        loaded.tokenizer.save_pretrained(directory)
+        save_dequantized(loaded.model, loaded.tokenizer, directory)
     print("| format | weights in memory | parameters | load | RSS after load | peak RSS | read tok/s | decode tok/s "
           "| answers |\n|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for name in FORMATS:

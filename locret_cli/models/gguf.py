@@ -64,3 +64,17 @@ def load(path: Path, dtype, trust_remote_code: bool):
         directory, gguf_file=name, dtype=dtype, trust_remote_code=trust_remote_code, attn_implementation="sdpa"
     )
     return model, tokenizer
+
+
+def save_dequantized(model, tokenizer, directory: Path) -> Path:
+    """Write a model loaded from a GGUF file as an ordinary safetensors checkpoint (config, weights in the dtype it
+    was loaded in, tokenizer), the layout the Hub uses; `save_pretrained` refuses GGUF-loaded models. This is how the
+    same weights reach `--load-4bit` (docs/real-models.md)."""
+    from safetensors.torch import save_model
+
+    directory.mkdir(parents=True, exist_ok=True)
+    settings = {k: v for k, v in model.config.to_dict().items() if k != "quantization_config"}
+    type(model.config).from_dict(settings).save_pretrained(directory)
+    save_model(model, str(directory / "model.safetensors"))
+    tokenizer.save_pretrained(directory)
+    return directory
