@@ -72,7 +72,9 @@ def load_model(
     source = named.resolve(name)
     if gguf.is_gguf(source):
         if load_4bit:
-            raise LocretError("--load-4bit applies to Hub and safetensors checkpoints; a GGUF file is already quantized")
+            raise LocretError(
+                "--load-4bit applies to Hub and safetensors checkpoints; a GGUF file is already quantized"
+            )
         try:
             model, tokenizer = gguf.load(Path(source), torch_dtype, trust_remote_code)
         except (OSError, ValueError) as exc:

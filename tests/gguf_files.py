@@ -21,7 +21,8 @@ def byte_vocabulary() -> list[str]:
 def tiny_llama(seed: int = 0) -> LlamaForCausalLM:
     torch.manual_seed(seed)
     config = LlamaConfig(vocab_size=len(byte_vocabulary()), hidden_size=64, intermediate_size=128,
-                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=2048,
                          rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, tie_word_embeddings=False)
     model = LlamaForCausalLM(config).eval()
     model.generation_config = GenerationConfig(eos_token_id=len(byte_vocabulary()) - 1)

@@ -40,7 +40,8 @@ def test_smollm2_comes_with_its_heads_and_settings(session):
     assert (settings.budget, settings.chunk_size, settings.stabilizers) == (4096, 1024, 256)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("bitsandbytes") is None, reason="nf4 needs: pip install 'locret-cli[4bit]'")
+@pytest.mark.skipif(importlib.util.find_spec("bitsandbytes") is None,
+                    reason="nf4 needs: pip install 'locret-cli[4bit]'")
 def test_the_same_weights_saved_and_loaded_in_nf4_get_the_same_heads(session, tmp_path):
     save_dequantized(session.loaded.model, session.loaded.tokenizer, tmp_path / "smollm2")
     nf4 = load_session(str(tmp_path / "smollm2"), device="cpu", dtype="bf16", load_4bit=True)

@@ -53,7 +53,8 @@ def measure(model: str, dtype: str, load_4bit: bool, prose_packages: Path | None
     os.unlink(f.name)
     right = sum(documents.answered(r.answer, fact.answer) for r, fact in zip(results, document.facts))
     return {"load_s": load_s, "rss_after_load_mib": loaded_rss, "peak_rss_load_mib": load_peak,
-            "parameter_mib": weights, "tokens": reading.info.tokens, "read_tok_s": reading.info.tokens / reading.read_s,
+            "parameter_mib": weights, "tokens": reading.document.tokens,
+            "read_tok_s": reading.document.tokens / reading.read_s,
             "decode_tok_s": sum(r.decode_tokens_per_s or 0 for r in results) / len(results),
             "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "right": right, "questions": len(results), "weight_type": type(

@@ -36,7 +36,8 @@ def dense_weight(model, name: str) -> torch.Tensor | None:
 
 
 def sample_index(numel: int) -> torch.Tensor:
-    """SAMPLES flat indices spread evenly from 0 to numel - 1, in integer arithmetic (float32 cannot count past 2²⁴)."""
+    """SAMPLES flat indices spread evenly from 0 to numel - 1, in integer arithmetic (float32 is not exact past
+    2²⁴)."""
     return torch.arange(SAMPLES) * (numel - 1) // (SAMPLES - 1)
 
 

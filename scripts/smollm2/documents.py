@@ -1,10 +1,9 @@
 """Documents of real prose with facts placed at spread depths, and the questions that ask for them.
 
 Three kinds of fact, each stated once and asked as a natural question whose answer is in the passage:
-    passkey    "The pass key is 71943. Remember it. 71943 is the pass key."   "What is the pass key?"
-    code       "The gate code of the north depot is 4821."                     "What is the gate code of the north depot?"
-    person     "The chief engineer of the salt warehouse is Ingrid Halvorsen." "Who is the chief engineer of the salt
-                                                                                warehouse?"
+    passkey  "The pass key is 71943. Remember it. 71943 is the pass key."     asked "What is the pass key?"
+    code     "The gate code of the north depot is 4821."                       asked "What is the gate code of ...?"
+    person   "The chief engineer of the salt warehouse is Ingrid Halvorsen."   asked "Who is the chief engineer of ...?"
 A document is seeded: the same paragraphs, length, depths and seed give the same text and questions.
 """
 
