@@ -130,8 +130,8 @@ def load_session(
     heads_required: bool = True,
 ) -> Session:
     """Load a model (the embedded default when `model` is None) and the heads the policy needs: `heads`, else those
-    shipped for this model (`models/shipped.py`), whose engine settings then become the defaults. A session that
-    only answers from saved contexts needs no heads: pass heads_required=False."""
+    shipped for this model (`models/shipped.py`), whose recorded engine settings then become the defaults (for every
+    policy). A session that only answers from saved contexts needs no heads: pass heads_required=False."""
     if model is None:
         from locret_cli.embedded import load_embedded
 
@@ -141,7 +141,7 @@ def load_session(
         chosen_heads = load_heads(heads, loaded.model) if heads else embedded_heads
         return Session(loaded, chosen_heads, policy)
     loaded = load_model(model, device, dtype, load_4bit, trust_remote_code)
-    shipped = find_shipped(loaded.model)
+    shipped = None if heads else find_shipped(loaded.model)
     if shipped is not None:
         loaded.defaults = shipped.defaults
     chosen_heads = load_heads(heads or shipped.directory, loaded.model) if heads or shipped else None

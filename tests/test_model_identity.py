@@ -15,7 +15,7 @@ from locret_cli.errors import LocretError
 from locret_cli.heads import RetainingHeads, load_heads
 from locret_cli.loading import load_model
 from locret_cli.models import shipped
-from locret_cli.models.identity import SAME_MODEL, model_identity, same_model, sample_index
+from locret_cli.models.identity import SAME_MODEL, same_model, sample_index, weights_identity
 
 
 def fake_4bit(model, block: int = 32):
@@ -33,7 +33,7 @@ def fake_4bit(model, block: int = 32):
 
 def test_the_same_weights_in_4_bits_match_and_other_weights_do_not():
     model = tiny_model("llama", seed=0)
-    identity = model_identity(model)
+    identity = weights_identity(model)
     assert same_model(model, identity) == (True, pytest.approx(1.0))
     match, cosine = same_model(fake_4bit(model), identity)
     assert match and 0.99 < cosine < 1.0
@@ -49,7 +49,7 @@ def test_samples_span_big_tensors_exactly():
 
 
 def save_heads_for(model, directory, defaults=None):
-    RetainingHeads.for_model(model, hidden=16).save(directory, extra={"model_identity": model_identity(model)})
+    RetainingHeads.for_model(model, hidden=16).save(directory, extra={"model_identity": weights_identity(model)})
     if defaults is not None:
         (directory / shipped.DEFAULTS_FILE).write_text(json.dumps(defaults))
     return directory
@@ -75,6 +75,8 @@ def test_shipped_heads_and_their_settings_come_with_the_matching_model(tmp_path,
     session = load_session(str(model_dir), device="cpu", dtype="fp32")  # no --heads: the shipped ones
     assert session.heads is not None and session.heads.hidden == 16
     assert (session.settings().budget, session.settings().chunk_size) == (48, 16)
+    given = load_session(str(model_dir), heads=str(root / "this-model"), device="cpu", dtype="fp32")
+    assert given.heads is not None and given.settings().budget == 6000  # the user's heads: no shipped settings
     other_dir = save_model_dir(tiny_model("llama", seed=2), tmp_path / "other")
     with pytest.raises(LocretError, match="needs retaining heads"):
         load_session(str(other_dir), device="cpu", dtype="fp32")
@@ -87,7 +89,7 @@ def test_nf4_on_the_cpu_is_the_same_model_and_reads_a_document(tmp_path):
     full = load_model(str(model_dir), device="cpu", dtype="fp32")
     nf4 = load_model(str(model_dir), device="cpu", dtype="fp32", load_4bit=True)
     assert type(nf4.model.model.layers[0].self_attn.q_proj).__name__ == "Linear4bit"
-    match, cosine = same_model(nf4.model, model_identity(full.model))
+    match, cosine = same_model(nf4.model, weights_identity(full.model))
     assert match and cosine < 1.0
     heads = save_heads_for(full.model, tmp_path / "heads")
     session = load_session(str(model_dir), heads=str(heads), device="cpu", dtype="fp32", load_4bit=True)

@@ -65,7 +65,7 @@ def similarity(model, recorded: dict[str, list[float]]) -> float:
     return float(min(cosines))
 
 
-def model_identity(model) -> dict:
+def weights_identity(model) -> dict:
     """What heads record about the model they were trained for: its shape and weight samples."""
     from dataclasses import asdict
 

@@ -99,6 +99,7 @@ class HeadTrainer:
         self.warmup = config.warmup if config.warmup is not None else max(1, config.steps // 20)
         self.step = 0
         self.last_loss = self.last_smooth = float("nan")  # of the latest step, kept in checkpoints
+        self.fast_bf16 = model.device.type == "cuda" or cpu_has_fast_bf16()
         self._optimise(RetainingHeads.for_model(model, config.hidden).float().to(model.device))
 
     def _optimise(self, heads: RetainingHeads) -> None:
@@ -157,7 +158,7 @@ class HeadTrainer:
     def autocast(self) -> torch.autocast | None:
         """Heads keep float32 weights and compute in bf16 where bf16 matmuls are fast (CUDA; CPUs with AMX or
         AVX512-BF16; docs/training.md measures it); None where they compute in float32."""
-        if self.model.device.type == "cuda" or cpu_has_fast_bf16():
+        if self.fast_bf16:
             return torch.autocast(self.model.device.type, dtype=torch.bfloat16)
         return None
 
