@@ -7,7 +7,10 @@ architecture is read from its header before anything heavy happens.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from locret_cli.errors import LocretError
@@ -59,11 +62,26 @@ def load(path: Path, dtype, trust_remote_code: bool):
 
     check_supported(path)
     directory, name = str(path.parent), path.name
-    tokenizer = AutoTokenizer.from_pretrained(directory, gguf_file=name, trust_remote_code=trust_remote_code)
-    model = AutoModelForCausalLM.from_pretrained(
-        directory, gguf_file=name, dtype=dtype, trust_remote_code=trust_remote_code, attn_implementation="sdpa"
-    )
+    with _without_conversion_bar():
+        tokenizer = AutoTokenizer.from_pretrained(directory, gguf_file=name, trust_remote_code=trust_remote_code)
+        model = AutoModelForCausalLM.from_pretrained(
+            directory, gguf_file=name, dtype=dtype, trust_remote_code=trust_remote_code, attn_implementation="sdpa"
+        )
     return model, tokenizer
+
+
+@contextmanager
+def _without_conversion_bar() -> Iterator[None]:
+    """transformers' GGUF reader draws a tqdm bar of its own, which `disable_progress_bar` does not reach; locret
+    shows its own status instead. Restored on exit."""
+    from transformers import modeling_gguf_pytorch_utils as reader
+
+    bar = reader.tqdm
+    reader.tqdm = functools.partial(bar, disable=True)
+    try:
+        yield
+    finally:
+        reader.tqdm = bar
 
 
 def save_dequantized(model, tokenizer, directory: Path) -> Path:
