@@ -22,36 +22,29 @@ def sampled_tensors(shape: ModelShape) -> list[str]:
             f"model.layers.{middle}.mlp.down_proj.weight", f"model.layers.{last}.self_attn.v_proj.weight"]
 
 
-def dense_weight(model, name: str) -> torch.Tensor | None:
-    """Parameter `name` as a float tensor in its logical shape, dequantizing 4-bit (bitsandbytes) weights."""
-    param = dict(model.named_parameters()).get(name)
-    if param is None:
-        return None
-    state = getattr(param, "quant_state", None)
-    if state is not None:
-        import bitsandbytes.functional as bnbf
-
-        return bnbf.dequantize_4bit(param.data, state).float()
-    return param.detach().float()
-
-
 def sample_index(numel: int) -> torch.Tensor:
     """SAMPLES flat indices spread evenly from 0 to numel - 1, in integer arithmetic (float32 is not exact past
     2²⁴)."""
     return torch.arange(SAMPLES) * (numel - 1) // (SAMPLES - 1)
 
 
+def sampled_values(param: torch.Tensor) -> list[float]:
+    """SAMPLES values of `param` at evenly spaced flat indices of its logical shape. Plain weights are indexed where
+    they lie, so an 8B model's embeddings are never copied; 4-bit (bitsandbytes) weights are dequantized first."""
+    state = getattr(param, "quant_state", None)
+    if state is not None:
+        import bitsandbytes.functional as bnbf
+
+        param = bnbf.dequantize_4bit(param.data, state)
+    flat = param.detach().reshape(-1)
+    return [round(float(v), 6) for v in flat[sample_index(flat.numel()).to(flat.device)].float().cpu()]
+
+
 def weight_samples(model) -> dict[str, list[float]]:
-    """{tensor name: SAMPLES values at evenly spaced flat indices}, for the tensors this model has."""
-    shape = ModelShape.from_config(model.config)
-    samples = {}
-    for name in sampled_tensors(shape):
-        weight = dense_weight(model, name)
-        if weight is None:
-            continue
-        flat = weight.reshape(-1)
-        samples[name] = [round(float(v), 6) for v in flat[sample_index(flat.numel()).to(flat.device)].cpu()]
-    return samples
+    """{tensor name: sampled values}, for the sampled tensors this model has."""
+    params = dict(model.named_parameters())
+    wanted = sampled_tensors(ModelShape.from_config(model.config))
+    return {name: sampled_values(params[name]) for name in wanted if name in params}
 
 
 def similarity(model, recorded: dict[str, list[float]]) -> float:
