@@ -21,12 +21,13 @@ from locret_cli.engine import Engine, Progress, Settings
 from locret_cli.errors import LocretError
 from locret_cli.heads import RetainingHeads, load_heads
 from locret_cli.loading import LoadedModel, load_model
-from locret_cli.measure import check_fits, plan_memory, reset_peak
+from locret_cli.measure import check_fits, human_bytes, plan_memory, reset_peak
 from locret_cli.models.shipped import find_shipped
 from locret_cli.policies import Policy, make_policy
 from locret_cli.prompt import prompt_layout, stop_token_ids
 from locret_cli.reading import SOURCES_SHOWN, AskResult, DocumentInfo, Reading
 from locret_cli.sources import SourceMap
+from locret_cli.speed.packed_linear import pack_if_room
 
 QUESTION_ALLOWANCE = 256  # tokens a question is assumed to take when a document is read before it is asked
 
@@ -70,6 +71,7 @@ class Session:
         policy = policy or make_policy(self.policy, model, self.heads, settings.score_pool)
         if not force:
             self.check_memory(policy, settings, document, QUESTION_ALLOWANCE)
+        compute = self.prepare(settings.chunk_size)
         engine = Engine(model, policy, settings, stop_token_ids(model, tokenizer), pinned=len(prefix))
         source_map = SourceMap("page" if document.kind == "pdf" else "lines")
         reset_peak(model.device)
@@ -79,7 +81,7 @@ class Session:
         info = DocumentInfo(document.name, document.kind, engine.document_tokens - len(prefix), document.pages,
                             document.sha256, document.size_bytes, read_s)
         return Reading(engine, tokenizer, self.loaded.name, prefix, source_map, info, read_s,
-                       warnings=warnings + document.warnings)
+                       warnings=warnings + document.warnings, compute=compute)
 
     def ask(
         self,
@@ -101,7 +103,16 @@ class Session:
         """The Reading saved at `path` by `Reading` + `save_reading` (`locret read -o`), without the document."""
         from locret_cli.saved_context import load_reading
 
-        return load_reading(path, self.loaded.model, self.loaded.tokenizer, self.loaded.name, self.heads)
+        reading = load_reading(path, self.loaded.model, self.loaded.tokenizer, self.loaded.name, self.heads)
+        reading.compute = self.prepare(reading.settings.chunk_size)
+        return reading
+
+    def prepare(self, chunk_size: int) -> str:
+        """Pack the model's bf16 linears for oneDNN where that pays and fits (`speed/packed_linear.py`); returns
+        how the model computes, for the cost table."""
+        packed = pack_if_room(self.loaded.model, chunk_size)
+        dtype = self.loaded.dtype_reason or str(self.loaded.model.dtype).removeprefix("torch.")
+        return f"{dtype}; linear weights packed for oneDNN (+{human_bytes(packed)})" if packed else dtype
 
     def check_memory(self, policy: Policy, settings: Settings, document: Document, question_tokens: int) -> None:
         """Refuse a run estimated not to fit in free memory, naming the setting to lower. A full cache grows with

@@ -9,8 +9,14 @@ Each layer holds, per KV head, n entries:
 Heads select independently, so the same slot may hold different tokens in different heads; every head always holds
 the same number of entries, which keeps the model's attention mask valid.
 
-`LocretCache.evict` is the one place entries are dropped, and it gathers all five tensors with the same indices.
-Every update replaces a tensor rather than writing into it, so `LocretCache.fork` can share them all.
+The five tensors are views of buffers allocated once, with room for budget + chunk + question + answer entries
+(`LocretCache.reserve`), and written in place, as gpt-fast's static cache is: appending a decoded token copies one
+entry, not the whole cache. `LocretCache.evict` is the one place entries are dropped; it gathers all five with the
+same indices.
+
+A fork (`LocretCache.fork`, read once and ask many) shares its parent's buffers. The entries both hold are never
+written in place again: whoever would write there first takes a private copy. Past them, the buffer's tail belongs
+to the last cache that appended to it; a cache whose appended entries were overwritten that way refuses to go on.
 """
 
 from __future__ import annotations
@@ -18,72 +24,190 @@ from __future__ import annotations
 import copy
 
 import torch
-from transformers.cache_utils import Cache, DynamicLayer
+from transformers.cache_utils import Cache, CacheLayerMixin
 
+from locret_cli.errors import LocretError
 from locret_cli.rope import rerotation_angles, rotate
+from locret_cli.speed.profile_marks import CACHE_UPDATE, REROTATE, SELECT, mark
+
+FIELDS = ("keys", "values", "scores", "positions", "origins")
+GROWTH = 1.5  # a buffer that must grow (a policy that never evicts) grows by at least this factor
 
 
-class ScoredLayer(DynamicLayer):
-    """A DynamicLayer that also stores the scores, positions and origins of its entries."""
+class Buffers:
+    """One layer's preallocated tensors, (B, kv_heads, capacity[, head_dim]) each, shared by a cache and its forks.
 
-    def __init__(self):
-        super().__init__()
-        self.scores: torch.Tensor | None = None
-        self.positions: torch.Tensor | None = None
-        self.origins: torch.Tensor | None = None
-        self.staged_positions: torch.Tensor | None = None
-        self.staged_origins: torch.Tensor | None = None
-        self.staged_scores: torch.Tensor | None = None
+    The first `shared` entries are held by more than one cache and are read-only; `tail_owner` is the cache whose
+    entries lie past them."""
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        """Append T new entries (key_states: (B, kv_heads, T, head_dim)) with their staged positions, origins and
-        scores."""
-        batch, heads, new, _ = key_states.shape
-        positions, origins = (staged.to(key_states.device, torch.int32).view(1, 1, new).expand(batch, heads, new)
-                              for staged in (self.staged_positions, self.staged_origins))
-        scores = self.staged_scores
-        if scores is None:
-            scores = torch.zeros(batch, heads, new, dtype=torch.float32, device=key_states.device)
-        self.staged_scores = None
-        keys, values = super().update(key_states, value_states)
-        if self.scores is None:
-            self.scores, self.positions, self.origins = scores, positions, origins
-        else:
-            self.scores = torch.cat((self.scores, scores), dim=-1)
-            self.positions = torch.cat((self.positions, positions), dim=-1)
-            self.origins = torch.cat((self.origins, origins), dim=-1)
-        return keys, values
+    def __init__(self, tensors: dict[str, torch.Tensor]):
+        self.tensors, self.shared, self.tail_owner = tensors, 0, None
+
+    @property
+    def capacity(self) -> int:
+        return self.tensors["keys"].shape[2]
+
+    @classmethod
+    def allocate(cls, like: dict[str, torch.Tensor], capacity: int) -> "Buffers":
+        """Empty buffers shaped and typed like `like`'s tensors (B, kv_heads, n[, head_dim]), `capacity` long."""
+        return cls({name: t.new_empty(t.shape[:2] + (capacity,) + t.shape[3:]) for name, t in like.items()})
+
+
+def _entries(name: str) -> property:
+    return property(lambda layer: None if layer.buffers is None else layer.buffers.tensors[name].narrow(2, 0, layer.length),
+                    doc=f"The {name} of the layer's entries: a view of its buffer, or None before the first update.")
+
+
+class ScoredLayer(CacheLayerMixin):
+    """One decoder layer's entries, as views of its Buffers; see the module docstring."""
+
+    is_sliding = False
+    is_compileable = False
+    keys, values, scores, positions, origins = (_entries(name) for name in FIELDS)
+
+    def __init__(self, cache: "LocretCache"):  # CacheLayerMixin.__init__ would assign keys and values
+        self.cache, self.buffers, self.length, self.is_initialized = cache, None, 0, False
+        self.staged_positions = self.staged_origins = self.staged_scores = None
 
     def tensors(self) -> dict[str, torch.Tensor]:
         """The five per-entry tensors by name (empty before the first update)."""
-        if self.keys is None or self.scores is None:
-            return {}
-        return {"keys": self.keys, "values": self.values, "scores": self.scores, "positions": self.positions,
-                "origins": self.origins}
+        return {} if self.buffers is None else {name: getattr(self, name) for name in FIELDS}
 
     def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.tensors().values())
+        """Bytes of the entries held (the room reserved past them is not counted)."""
+        if self.buffers is None:
+            return 0
+        per_entry = sum(t.numel() // t.shape[2] * t.element_size() for t in self.buffers.tensors.values())
+        return self.length * per_entry
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        self.is_initialized = True
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self.length + query_length, 0
+
+    def get_max_length(self) -> int:
+        return -1
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        """Append T new entries (key_states: (B, kv_heads, T, head_dim)) with their staged positions, origins and
+        scores; returns the keys and values of all entries."""
+        with mark(CACHE_UPDATE):
+            batch, heads, new, _ = key_states.shape
+            scores, self.staged_scores = self.staged_scores, None
+            if self.buffers is None:
+                self.is_initialized = True
+                self.buffers = Buffers.allocate(self._first_entries(key_states, value_states, scores),
+                                                self.cache.room_for(new, 0))
+            self._own_tail(self.length + new)
+            buffers, start = self.buffers.tensors, self.length
+            buffers["keys"].narrow(2, start, new).copy_(key_states)
+            buffers["values"].narrow(2, start, new).copy_(value_states)
+            buffers["positions"].narrow(2, start, new).copy_(self.staged_positions.view(1, 1, new))
+            buffers["origins"].narrow(2, start, new).copy_(self.staged_origins.view(1, 1, new))
+            if scores is None:
+                buffers["scores"].narrow(2, start, new).zero_()
+            else:
+                buffers["scores"].narrow(2, start, new).copy_(scores)
+            self.length += new
+            return self.keys, self.values
+
+    def _first_entries(self, key_states, value_states, scores) -> dict[str, torch.Tensor]:
+        """The five fields of the first appended entries, to allocate buffers like."""
+        batch, heads, new, _ = key_states.shape
+        index = self.staged_positions.view(1, 1, new).expand(batch, heads, new)
+        if scores is None:
+            scores = key_states.new_empty(batch, heads, new, dtype=torch.float32)
+        return {"keys": key_states, "values": value_states, "scores": scores, "positions": index, "origins": index}
+
+    def load(self, tensors: dict[str, torch.Tensor]) -> None:
+        """Hold exactly `tensors` (the five, as `tensors()` returns them): a saved context's entries."""
+        self.length = tensors["keys"].shape[2]
+        self.buffers = Buffers.allocate(tensors, self.cache.room_for(self.length, 0))
+        self.is_initialized = True
+        self._write_front(tensors)
+
+    def keep(self, keep: torch.Tensor) -> None:
+        """Keep only entries `keep` (B, kv_heads, k), in that order."""
+        gathered = {name: t.gather(2, keep if t.dim() == 3 else keep.unsqueeze(-1).expand(-1, -1, -1, t.shape[-1]))
+                    for name, t in self.tensors().items()}
+        self.length = keep.shape[-1]
+        self._write_front(gathered)
+
+    def set(self, name: str, tensor: torch.Tensor) -> None:
+        """Replace one field of every entry (scores rescored, keys re-rotated, positions renumbered)."""
+        self._write_front({name: tensor})
+
+    def _write_front(self, tensors: dict[str, torch.Tensor]) -> None:
+        """Write the first `length` entries of some fields, first taking a private copy if they are shared."""
+        if self.buffers.shared > 0:
+            self._private_copy(self.buffers.capacity)
+        for name, t in tensors.items():
+            self.buffers.tensors[name][:, :, : self.length] = t
+
+    def _own_tail(self, needed: int) -> None:
+        """Make this cache the one that may write entries length..needed-1, growing or copying if it must."""
+        buffers = self.buffers
+        if buffers.tail_owner is not self.cache and self.length > buffers.shared:
+            raise LocretError("this cache's last entries were overwritten by another fork of the same reading; "
+                              "fork the reading again")
+        if self.length < buffers.shared or needed > buffers.capacity:
+            self._private_copy(self.cache.room_for(needed, buffers.capacity))
+        buffers = self.buffers
+        buffers.tail_owner = self.cache
+
+    def _private_copy(self, capacity: int) -> None:
+        """Move this layer's entries into buffers of its own, `capacity` long."""
+        current = self.tensors()
+        self.buffers = Buffers.allocate(current, capacity)
+        self.buffers.tail_owner = self.cache
+        for name, t in current.items():
+            self.buffers.tensors[name][:, :, : self.length] = t
 
 
 class LocretCache(Cache):
     """One ScoredLayer per decoder layer, plus the bookkeeping the engine reports."""
 
-    def __init__(self, num_layers: int):
-        super().__init__(layers=[ScoredLayer() for _ in range(num_layers)])
+    def __init__(self, num_layers: int, reserved: int = 0):
+        super().__init__(layers=[ScoredLayer(self) for _ in range(num_layers)])
+        self.reserved = reserved  # entries each layer's buffers may grow to before they are needed
         self.frequencies: torch.Tensor | None = None  # inverse frequencies the cached keys are rotated with
         self.peak_tokens = 0
         self.peak_bytes = 0
 
+    def room_for(self, needed: int, capacity: int) -> int:
+        """The capacity to allocate for `needed` entries, growing from `capacity`. Within the reservation: twice
+        what is needed, GROWTH times more, but never past it; beyond it, GROWTH times more."""
+        if needed <= self.reserved:
+            return max(needed, capacity, min(self.reserved, max(2 * needed, int(capacity * GROWTH))))
+        return max(needed, int(capacity * GROWTH))
+
+    def reserve(self, entries: int) -> None:
+        """Make room for `entries` per head before they come, so appending them never grows a buffer."""
+        self.reserved = max(self.reserved, entries)
+        for layer in self.layers:
+            if layer.buffers is not None and layer.buffers.capacity < entries:
+                layer._private_copy(entries)
+
     def stage(self, positions: torch.Tensor, origins: torch.Tensor) -> None:
         """Set the positions and origins (token indices) (T,) of the tokens the next forward pass appends."""
+        positions, origins = positions.to(torch.int32), origins.to(torch.int32)
         for layer in self.layers:
             layer.staged_positions, layer.staged_origins = positions, origins
 
     def fork(self) -> "LocretCache":
-        """A cache that starts as this one and shares its tensors: updates on either replace tensors, never write
-        into them, so neither sees the other's."""
+        """A cache that starts as this one and shares its buffers (see the module docstring)."""
         clone = copy.copy(self)
-        clone.layers = [copy.copy(layer) for layer in self.layers]
+        clone.layers = []
+        for layer in self.layers:
+            twin = copy.copy(layer)
+            twin.cache = clone
+            if layer.buffers is not None:
+                layer.buffers.shared = max(layer.buffers.shared, layer.length)
+            clone.layers.append(twin)
         return clone
 
     def stage_scores(self, layer_idx: int, scores: torch.Tensor) -> None:
@@ -92,7 +216,7 @@ class LocretCache(Cache):
 
     def length(self) -> int:
         """Entries per head (the same in every layer and head)."""
-        return self.layers[0].get_seq_length()
+        return self.layers[0].length
 
     def nbytes(self) -> int:
         return sum(layer.nbytes() for layer in self.layers)
@@ -105,26 +229,22 @@ class LocretCache(Cache):
     def evict(self, layer_idx: int, keep: torch.Tensor) -> None:
         """Keep only entries `keep` (B, kv_heads, k), ascending, in one layer: keys, values, scores, positions and
         origins."""
-        layer = self.layers[layer_idx]
-        index = keep.unsqueeze(-1).expand(-1, -1, -1, layer.keys.shape[-1])
-        layer.keys = layer.keys.gather(2, index)
-        layer.values = layer.values.gather(2, index)
-        layer.scores = layer.scores.gather(2, keep)
-        layer.positions = layer.positions.gather(2, keep)
-        layer.origins = layer.origins.gather(2, keep)
+        with mark(SELECT):
+            self.layers[layer_idx].keep(keep)
 
     def move_keys(self, new_positions: torch.Tensor | None, new_frequencies: torch.Tensor) -> None:
         """Re-rotate every cached key to `new_positions` (B, kv_heads, n) under `new_frequencies`.
 
         new_positions None keeps each entry's position (a frequency switch only).
         """
-        for layer in self.layers:
-            if layer.keys is None or layer.keys.numel() == 0:
-                continue
-            target = layer.positions if new_positions is None else new_positions.to(layer.positions)
-            if torch.equal(target, layer.positions) and torch.equal(self.frequencies, new_frequencies):
-                continue
-            angles = rerotation_angles(layer.positions, target, self.frequencies, new_frequencies)
-            layer.keys = rotate(layer.keys, angles.to(layer.keys.device))
-            layer.positions = target
-        self.frequencies = new_frequencies
+        with mark(REROTATE):
+            for layer in self.layers:
+                if layer.length == 0:
+                    continue
+                target = layer.positions if new_positions is None else new_positions.to(layer.positions)
+                if torch.equal(target, layer.positions) and torch.equal(self.frequencies, new_frequencies):
+                    continue
+                angles = rerotation_angles(layer.positions, target, self.frequencies, new_frequencies)
+                layer.set("keys", rotate(layer.keys, angles.to(layer.keys.device)))
+                layer.set("positions", target)
+            self.frequencies = new_frequencies

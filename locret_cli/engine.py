@@ -21,9 +21,11 @@ from locret_cli.documents import TokenChunk
 from locret_cli.errors import LocretError
 from locret_cli.policies import Policy, select
 from locret_cli.probe import observe_attention
-from locret_cli.rope import frequencies_for, rotary_module
+from locret_cli.rope import changes_with_length, frequencies_for, rotary_module
+from locret_cli.speed.profile_marks import CAPTURE, FREQUENCIES, mark
 
 POSITION_MODES = ("compact", "original")
+QUESTION_ROOM = 256  # cache entries set aside for the question when the buffers are first allocated
 
 
 @dataclass(frozen=True)
@@ -101,7 +103,9 @@ class Engine:
         self.model, self.policy, self.settings, self.stop_ids, self.pinned = model, policy, settings, stop_ids, pinned
         self.device = model.device
         self.rotary = rotary_module(model)
-        self.cache = LocretCache(model.config.get_text_config(decoder=True).num_hidden_layers)
+        self.dynamic_frequencies = changes_with_length(self.rotary)
+        room = settings.budget + settings.chunk_size + QUESTION_ROOM + settings.max_new_tokens if policy.evicts else 0
+        self.cache = LocretCache(model.config.get_text_config(decoder=True).num_hidden_layers, reserved=room)
         self.seen = 0  # tokens of input consumed so far
         self.document_tokens = self.kept_tokens = 0
         self.generator = torch.Generator(device="cpu").manual_seed(settings.seed)
@@ -133,6 +137,7 @@ class Engine:
         `on_token` hears each answer token as it is chosen; `tally`, if given, adds up the attention the answer pays
         to the document's entries (for citations)."""
         start = self.clock() if start is None else start
+        self.cache.reserve(self.cache.length() + len(question_ids) + self.settings.max_new_tokens)
         with observe_attention(self.model, tally.observe) if tally is not None else nullcontext():
             logits = self.forward(question_ids, score=False)
             first = self.pick(logits)
@@ -208,7 +213,8 @@ class Engine:
         """The capture callback: the policy scores a layer's new entries, staged for the cache to append."""
 
         def on_qkv(layer_idx, q, k, v):
-            self.cache.stage_scores(layer_idx, self.policy.score(layer_idx, q, k, v, token_index))
+            with mark(CAPTURE):
+                self.cache.stage_scores(layer_idx, self.policy.score(layer_idx, q, k, v, token_index))
 
         return on_qkv
 
@@ -217,7 +223,10 @@ class Engine:
 
     def _sync_frequencies(self, positions: torch.Tensor) -> None:
         """Longrope and dynamic NTK change frequencies with length: bring cached keys along when they do."""
-        frequencies = frequencies_for(self.rotary, positions)
+        if self.cache.frequencies is not None and not self.dynamic_frequencies:
+            return
+        with mark(FREQUENCIES):
+            frequencies = frequencies_for(self.rotary, positions)
         if self.cache.frequencies is None or self.cache.length() == 0:
             self.cache.frequencies = frequencies
         elif not torch.equal(frequencies, self.cache.frequencies):

@@ -11,6 +11,7 @@ import torch
 from locret_cli.capture import check_projections
 from locret_cli.errors import LocretError
 from locret_cli.rope import check_supported
+from locret_cli.speed.dtype_probe import DtypeChoice, measured_cpu_dtype
 from locret_cli.tokenizer import TIKTOKEN_FILE, TiktokenTokenizer
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -22,6 +23,7 @@ class LoadedModel:
     tokenizer: object
     name: str
     defaults: dict  # engine settings recorded with the model (the embedded model has some), else empty
+    dtype_reason: str = ""  # why it was loaded in its dtype, for the cost table
 
 
 def resolve_device(device: str) -> torch.device:
@@ -35,23 +37,18 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
-def cpu_has_fast_bf16() -> bool:
-    """True on CPUs with AMX or AVX512-BF16, where bf16 matmuls beat fp32 by a wide margin."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "amx_bf16" in flags or "avx512_bf16" in flags
+def choose_dtype(dtype: str, device: torch.device) -> DtypeChoice:
+    """The dtype to load in, and why: auto is bf16 on CUDA and, on the CPU, whichever of bf16 and fp32 this machine
+    ran faster (`speed/dtype_probe.py`)."""
+    if dtype == "auto":
+        return DtypeChoice(torch.bfloat16, "bf16: auto on CUDA") if device.type == "cuda" else measured_cpu_dtype()
+    if dtype not in DTYPES:
+        raise LocretError(f"unknown dtype {dtype!r}; choose auto, bf16, fp16 or fp32")
+    return DtypeChoice(DTYPES[dtype], f"{dtype}: asked for")
 
 
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    """auto -> bf16 on CUDA and on CPUs with fast bf16, else fp32."""
-    if dtype == "auto":
-        fast = device.type == "cuda" or cpu_has_fast_bf16()
-        return torch.bfloat16 if fast else torch.float32
-    if dtype not in DTYPES:
-        raise LocretError(f"unknown dtype {dtype!r}; choose auto, bf16, fp16 or fp32")
-    return DTYPES[dtype]
+    return choose_dtype(dtype, device).dtype
 
 
 def load_model(
@@ -68,7 +65,8 @@ def load_model(
     from locret_cli.models import gguf, named
 
     torch_device = resolve_device(device)
-    torch_dtype = resolve_dtype(dtype, torch_device)
+    choice = choose_dtype(dtype, torch_device)
+    torch_dtype = choice.dtype
     source = named.resolve(name)
     if gguf.is_gguf(source):
         if load_4bit:
@@ -79,7 +77,7 @@ def load_model(
             model, tokenizer = gguf.load(Path(source), torch_dtype, trust_remote_code)
         except (OSError, ValueError) as exc:
             raise LocretError(_explain_load_failure(source, exc)) from None
-        return _checked(model.to(torch_device), tokenizer, name)
+        return _checked(model.to(torch_device), tokenizer, name, choice.reason)
     kwargs: dict = {"dtype": torch_dtype, "trust_remote_code": trust_remote_code, "attn_implementation": "sdpa"}
     if load_4bit:
         if importlib.util.find_spec("bitsandbytes") is None:
@@ -95,14 +93,14 @@ def load_model(
         model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
     except (OSError, ValueError) as exc:
         raise LocretError(_explain_load_failure(source, exc)) from None
-    return _checked(model if load_4bit else model.to(torch_device), tokenizer, name)
+    return _checked(model if load_4bit else model.to(torch_device), tokenizer, name, choice.reason)
 
 
-def _checked(model, tokenizer, name: str) -> LoadedModel:
+def _checked(model, tokenizer, name: str, dtype_reason: str) -> LoadedModel:
     model.eval()
     check_supported(model.config)
     check_projections(model)
-    return LoadedModel(model, tokenizer, name, {})
+    return LoadedModel(model, tokenizer, name, {}, dtype_reason)
 
 
 def load_tokenizer(name: str, trust_remote_code: bool = False):

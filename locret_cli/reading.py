@@ -70,6 +70,7 @@ class AskResult:
     time_to_first_token_s: float  # from the start of reading (or loading) to the first answer token
     total_s: float  # read_s + answer_s
     warnings: list[str] = field(default_factory=list)
+    compute: str = ""  # the dtype and why, and whether linears were packed
 
     def to_json(self) -> dict:
         return {
@@ -99,6 +100,7 @@ class AskResult:
                 "decode_tokens_per_s": self.decode_tokens_per_s,
                 "time_to_first_token_s": self.time_to_first_token_s,
                 "total_s": self.total_s,
+                "compute": self.compute,
             },
             "warnings": self.warnings,
         }
@@ -118,6 +120,7 @@ class Reading:
     read_s: float
     loaded_from: str | None = None
     warnings: list[str] = field(default_factory=list)
+    compute: str = ""  # how the model computes (`Session.prepare`)
 
     @property
     def settings(self) -> Settings:
@@ -181,6 +184,7 @@ class Reading:
             time_to_first_token_s=self.read_s + generation.time_to_first_token_s,
             total_s=self.read_s + answer_s,
             warnings=list(self.warnings),
+            compute=self.compute,
         )
 
     def kept_map(self) -> tuple[list[str], list[float]]:

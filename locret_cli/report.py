@@ -25,6 +25,7 @@ def cost_table(result: AskResult) -> Table:
         ("reading the document", f"{result.read_s:.2f} s")
     rows = [
         ("model", result.model),
+        ("compute", result.compute or "-"),
         ("document tokens / pages", f"{result.document.tokens:,} / {pages}"),
         ("policy, positions", f"{result.policy}, {s.positions}"),
         ("budget / chunk / stabilizers", f"{s.budget:,} / {s.chunk_size:,} / {s.stabilizers:,}"),

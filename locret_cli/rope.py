@@ -15,6 +15,7 @@ from locret_cli.errors import LocretError
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "phi3")
 SUPPORTED_ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn", "longrope")
+LENGTH_DEPENDENT_ROPE_TYPES = ("dynamic", "longrope")  # their frequencies change with the positions a forward sees
 
 
 def check_supported(config) -> None:
@@ -38,6 +39,11 @@ def rotary_module(model) -> torch.nn.Module:
     raise LocretError(f"{type(model).__name__} has no rotary embedding module")
 
 
+def changes_with_length(rotary: torch.nn.Module) -> bool:
+    """Whether `rotary` picks its frequencies from the positions of each forward (dynamic NTK, longrope)."""
+    return getattr(rotary, "rope_type", "default") in LENGTH_DEPENDENT_ROPE_TYPES
+
+
 @torch.no_grad()
 def frequencies_for(rotary: torch.nn.Module, position_ids: torch.Tensor) -> torch.Tensor:
     """The inverse frequencies (rotary_dim / 2,) float32 the model will use for a forward at `position_ids`.
@@ -49,26 +55,19 @@ def frequencies_for(rotary: torch.nn.Module, position_ids: torch.Tensor) -> torc
     return rotary.inv_freq.detach().float().clone()
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-
 def rotate(keys: torch.Tensor, angles: torch.Tensor) -> torch.Tensor:
     """Rotate rotated keys further by `angles`, in the rotate-half layout the supported families use.
 
     keys: (B, H, n, head_dim), any float dtype. angles: (B, H, n, rotary_dim / 2), float64 or float32.
-    Only the first rotary_dim channels turn (partial rotary); the rest pass through. Math runs in float32 and is
-    cast back once. Returns a tensor shaped and typed like `keys`.
+    Only the first rotary_dim channels turn (partial rotary); the rest pass through. cos and sin are taken once per
+    frequency in the angles' dtype; the turn runs in float32 on each half and is cast back once. Returns a tensor
+    shaped and typed like `keys`.
     """
-    rotary_dim = 2 * angles.shape[-1]
-    emb = torch.cat((angles, angles), dim=-1)
-    cos, sin = emb.cos().float(), emb.sin().float()
-    head = keys[..., :rotary_dim].float()
-    turned = head * cos + _rotate_half(head) * sin
-    if rotary_dim == keys.shape[-1]:
-        return turned.to(keys.dtype)
-    return torch.cat((turned.to(keys.dtype), keys[..., rotary_dim:]), dim=-1)
+    half = angles.shape[-1]
+    cos, sin = angles.cos().float(), angles.sin().float()
+    first, second = keys[..., :half].float(), keys[..., half:2 * half].float()
+    turned = (first * cos - second * sin, second * cos + first * sin)
+    return torch.cat((*(t.to(keys.dtype) for t in turned), keys[..., 2 * half:]), dim=-1)
 
 
 def rerotation_angles(
@@ -76,7 +75,8 @@ def rerotation_angles(
 ) -> torch.Tensor:
     """Angles taking keys from (old_positions, old_freq) to (new_positions, new_freq).
 
-    positions: (B, H, n) integer; freq: (rotary_dim / 2,). Returns (B, H, n, rotary_dim / 2) float64.
+    positions: (B, H, n) integer; freq: (rotary_dim / 2,). Returns (B, H, n, rotary_dim / 2) float64: positions reach
+    10⁶, and float32 angles that large would be off by a good fraction of a radian.
     """
     if torch.equal(old_freq, new_freq):
         return (new_positions - old_positions).double()[..., None] * new_freq.double()

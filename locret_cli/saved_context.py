@@ -21,6 +21,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from locret_cli import __version__
+from locret_cli.cache import FIELDS
 from locret_cli.engine import Engine, Settings
 from locret_cli.errors import LocretError
 from locret_cli.fingerprint import heads_fingerprint, model_identity, tokenizer_fingerprint
@@ -31,7 +32,7 @@ from locret_cli.sources import SourceMap
 
 FORMAT, VERSION = "locret-context", 1
 SUFFIX = ".locret"
-LAYER_TENSORS = ("keys", "values", "scores", "positions", "origins")
+LAYER_TENSORS = FIELDS  # what each layer saves: all of its entries' fields
 UNIT_TENSORS = ("starts", "first", "last")
 
 
@@ -165,9 +166,7 @@ def restore_cache(engine: Engine, tensors: dict[str, torch.Tensor], header: dict
     device, dtype = engine.device, engine.model.dtype
     for i, layer in enumerate(engine.cache.layers):
         loaded = {name: tensors[f"layers.{i}.{name}"].to(device) for name in LAYER_TENSORS}
-        layer.lazy_initialization(loaded["keys"].to(dtype), loaded["values"].to(dtype))
-        for name, tensor in loaded.items():
-            setattr(layer, name, tensor)
+        layer.load({**loaded, "keys": loaded["keys"].to(dtype), "values": loaded["values"].to(dtype)})
     engine.cache.frequencies = tensors["frequencies"].to(device)
     state = header["engine"]
     engine.seen, engine.document_tokens, engine.kept_tokens = state["seen"], state["document_tokens"], \

@@ -96,6 +96,10 @@ def test_flop_counter_matches_the_formula_for_each_call():
     expected = sum(2 * decoder * n + 4 * layers * heads * head_dim * n * (c + (n + 1) / 2) + 2 * 64 * 300
                    for n, c in [(10, 0), (1, 10)])
     assert counter.total == pytest.approx(expected, rel=1e-9)
+    first_call = 2 * decoder * 10 + 4 * layers * heads * head_dim * 10 * 5.5 + 2 * 64 * 300
+    assert counter.prefill_flops == pytest.approx(first_call, rel=1e-9)  # the one-token call is decoding
+    kv_read = 2 * layers * model.config.num_key_value_heads * head_dim * 10 * 4  # fp32 keys and values, 10 entries
+    assert counter.decode_bytes == (decoder + 64 * 300) * 4 + kv_read  # every weight, the LM head's included
     model(input_ids=torch.arange(3).unsqueeze(0))
     assert counter.total == pytest.approx(expected, rel=1e-9), "the hook outlived its context"
 
@@ -115,6 +119,12 @@ def test_bench_json_rows_for_each_policy_with_the_same_cache():
         assert 0 <= row["accuracy"] <= row["contains_accuracy"] <= 1
         assert row["peak_bytes"] > 0 and row["prefill_tokens_per_s"] > 0 and row["time_to_first_token_s"] > 0
         assert 0 < row["roofline_s"] and row["flops"] > 0
+        prefill, decode = row["phases"]["prefill"], row["phases"]["decode"]
+        assert 0 < prefill["flops"] < row["flops"]
+        assert prefill["roofline_s"] == prefill["flops"] / data["config"]["matmul_flops_per_s"]
+        assert decode["roofline_s"] == decode["bytes"] / data["config"]["memory_bytes_per_s"]
+        for phase in (prefill, decode):
+            assert phase["seconds"] > 0 and phase["roofline_ratio"] == phase["roofline_s"] / phase["seconds"]
     evicting = {rows[p]["kv_peak_bytes"] for p in ("locret", "streaming", "snapkv")}
     assert len(evicting) == 1, "every evicting policy must hold the same cache"
     assert rows["full"]["kv_peak_bytes"] > evicting.pop()

@@ -59,7 +59,8 @@ def test_json_document_has_every_key_and_nothing_else_on_stdout(doc):
     assert 0 < data["kv_cache"]["peak_bytes"] < data["kv_cache"]["full_cache_bytes"]
     assert set(data["memory"]) == {"peak_bytes", "device"} and data["memory"]["peak_bytes"] > 0
     assert set(data["speed"]) == {"read_s", "answer_s", "prefill_tokens_per_s", "decode_tokens_per_s",
-                                  "time_to_first_token_s", "total_s"}
+                                  "time_to_first_token_s", "total_s", "compute"}
+    assert data["speed"]["compute"].startswith(("bf16: ", "fp32: "))  # the measured choice, and why
     assert data["speed"]["prefill_tokens_per_s"] > 0
 
 

@@ -7,18 +7,17 @@ import torch
 from conftest import tiny_model
 from locret_cli import loading
 from locret_cli.loading import load_model, resolve_dtype
+from locret_cli.speed.dtype_probe import DtypeChoice
 from locret_cli.synthetic import distinct_facts, document, passkey_fact
 from locret_cli.tokenizer import TIKTOKEN_FILE, TiktokenTokenizer
 
 
-def test_auto_dtype_is_bf16_only_where_it_is_fast(monkeypatch):
+def test_auto_dtype_is_measured_on_the_cpu_and_bf16_on_cuda(monkeypatch):
     cpu = torch.device("cpu")
-    monkeypatch.setattr(loading, "cpu_has_fast_bf16", lambda: True)
-    assert resolve_dtype("auto", cpu) == torch.bfloat16
-    monkeypatch.setattr(loading, "cpu_has_fast_bf16", lambda: False)
-    assert resolve_dtype("auto", cpu) == torch.float32
+    monkeypatch.setattr(loading, "measured_cpu_dtype", lambda: DtypeChoice(torch.float32, "fp32: measured"))
+    assert loading.choose_dtype("auto", cpu) == DtypeChoice(torch.float32, "fp32: measured")
     assert resolve_dtype("auto", torch.device("cuda")) == torch.bfloat16
-    assert resolve_dtype("fp16", cpu) == torch.float16
+    assert loading.choose_dtype("fp16", cpu) == DtypeChoice(torch.float16, "fp16: asked for")
 
 
 def test_local_directory_with_a_tiktoken_tokenizer(tmp_path):

@@ -21,7 +21,7 @@ from locret_cli.bench.flops import FlopCounter, counting
 from locret_cli.bench.tasks import contains_match, data_samples, generated_samples, text_document
 from locret_cli.errors import LocretError
 from locret_cli.heads import RetainingHeads
-from locret_cli.loading import LoadedModel, resolve_device, resolve_dtype
+from locret_cli.loading import LoadedModel, choose_dtype, resolve_device
 from locret_cli.measure import available_memory, full_cache_bytes, peak_memory, reset_peak, weight_bytes
 from locret_cli.prompt import prompt_layout
 from locret_cli.tokenizer import TiktokenTokenizer
@@ -51,11 +51,13 @@ def open_session(spec: CellSpec) -> Session:
         return load_session(spec.model, spec.heads, spec.policy, spec.device, spec.dtype, spec.load_4bit,
                             spec.trust_remote_code)
     device = resolve_device(spec.device)
-    model = random_model(spec.arch, resolve_dtype(spec.dtype, device)).to(device)
+    dtype = choose_dtype(spec.dtype, device)
+    model = random_model(spec.arch, dtype.dtype).to(device)
     torch.manual_seed(0)
     heads = RetainingHeads.for_model(model).to(device=device, dtype=model.dtype).eval()
     tokenizer = TiktokenTokenizer.byte_level()
-    return Session(LoadedModel(model, tokenizer, f"{spec.arch} shape, random weights", {}), heads, spec.policy)
+    loaded = LoadedModel(model, tokenizer, f"{spec.arch} shape, random weights", {}, dtype.reason)
+    return Session(loaded, heads, spec.policy)
 
 
 def run_cell(spec: CellSpec) -> dict:
@@ -73,6 +75,7 @@ def run_cell(spec: CellSpec) -> dict:
     reset_peak(model.device)
     counter = FlopCounter(model)
     exact, contains, ttft, prefill, decode_s, decode_steps, tokens, kv_peak = [], [], [], [], 0.0, 0, [], 0
+    prefill_s = 0.0  # reading, question prefill and first tokens, over every sample and question
     started = time.perf_counter()
     with counting(model, counter):
         for sample in samples:
@@ -82,6 +85,7 @@ def run_cell(spec: CellSpec) -> dict:
                 exact.append(question.is_exact(result.answer))
                 contains.append(contains_match(result.answer, question.answer))
                 decode_s, decode_steps = decode_s + result.decode_s, decode_steps + result.decode_steps
+                prefill_s += result.answer_s - result.decode_s + (result.read_s if i == 0 else 0.0)
                 kv_peak = max(kv_peak, result.cache_peak_bytes)
                 if i == 0:
                     ttft.append(result.time_to_first_token_s)
@@ -102,6 +106,8 @@ def run_cell(spec: CellSpec) -> dict:
         "decode_tokens_per_s": decode_steps / decode_s if decode_steps else None,
         "time_to_first_token_s": statistics.median(ttft),
         "flops": counter.total,
+        "phases": {"prefill": {"flops": counter.prefill_flops, "seconds": prefill_s},
+                   "decode": {"bytes": counter.decode_bytes, "steps": decode_steps, "seconds": decode_s}},
         "measured_s": measured_s,
         "model": session.loaded.name,
         "settings": asdict(settings),

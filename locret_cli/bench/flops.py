@@ -6,6 +6,11 @@ tokens on top of a cache of c entries,
     attention        4 · layers · heads · head_dim · n · (c + (n + 1) / 2)    (QKᵀ and AV, causal within the call)
     LM head          2 · hidden · vocab                      (the engine keeps the logits of the last position only)
 Embeddings, norms, RoPE and the scoring heads are left out: they are small beside these.
+
+Calls are split by phase. One-token calls are decoding, whose floor is memory, not arithmetic: each step reads every
+weight and every cached key and value once, so its roofline is those bytes at the measured memory read rate
+(`memory_rate`). Every other call is prefill (the document's chunks and the question), whose roofline is its FLOPs at
+the measured matmul rate (`matmul_rate`).
 """
 
 from __future__ import annotations
@@ -26,12 +31,20 @@ class FlopCounter:
         self.shape = ModelShape.from_config(model.config)
         self.decoder_parameters = sum(p.numel() for p in model.model.layers.parameters())
         self.lm_head = 2 * config.hidden_size * config.vocab_size
-        self.total = 0
+        self.element_bytes = torch.finfo(model.dtype).bits // 8
+        self.weight_bytes = (self.decoder_parameters + config.hidden_size * config.vocab_size) * self.element_bytes
+        self.total = self.prefill_flops = self.decode_bytes = 0
 
     def add(self, new_tokens: int, cached_tokens: int) -> None:
         s = self.shape
         attention = 4 * s.layers * s.heads * s.head_dim * new_tokens * (cached_tokens + (new_tokens + 1) / 2)
-        self.total += int(2 * self.decoder_parameters * new_tokens + attention + self.lm_head)
+        flops = int(2 * self.decoder_parameters * new_tokens + attention + self.lm_head)
+        self.total += flops
+        if new_tokens == 1:
+            self.decode_bytes += self.weight_bytes + 2 * s.layers * s.kv_heads * s.head_dim * cached_tokens * \
+                self.element_bytes
+        else:
+            self.prefill_flops += flops
 
 
 @contextmanager
@@ -61,6 +74,18 @@ def matmul_rate(device: torch.device, dtype: torch.dtype, size: int = 2048, repe
         a @ b
     _sync(device)
     return 2 * size**3 * repeats / (time.perf_counter() - start)
+
+
+def memory_rate(device: torch.device, megabytes: int = 256, repeats: int = 5) -> float:
+    """Measured bytes/s of reading a `megabytes` float32 tensor once (a sum), after one warm-up run."""
+    data = torch.ones(megabytes * 2**18, device=device)
+    data.sum()
+    _sync(device)
+    start = time.perf_counter()
+    for _ in range(repeats):
+        data.sum()
+    _sync(device)
+    return data.numel() * 4 * repeats / (time.perf_counter() - start)
 
 
 def _sync(device: torch.device) -> None:

@@ -21,14 +21,16 @@ def bench_table(result: BenchResult) -> Table:
     title = (f"{config['model_name']}: budget {settings.get('budget')}, chunk {settings.get('chunk_size')}, "
              f"stabilizers {settings.get('stabilizers')}, {settings.get('positions')} positions")
     caption = [f"roofline: the run's model FLOPs at this machine's measured matmul rate ({rate / 1e12:.2f} TFLOP/s); "
-               "'% roofline' = that time over the measured time"]
+               "'% roofline' = that time over the measured time",
+               f"prefill / decode: each phase's share of its own roofline (decode: weights and cache read at "
+               f"{config['memory_bytes_per_s'] / 1e9:.1f} GB/s per step)"]
     if not config["accuracy_meaningful"]:
         caption.insert(0, "accuracy is meaningless here: --arch builds random weights; speed and memory are real")
     table = Table(title=title, caption="\n".join(caption), header_style="bold")
     for name, justify in [("task", "left"), ("tokens", "right"), ("policy", "left"), ("exact", "right"),
                           ("contains", "right"), ("KV peak", "right"), ("peak memory", "right"),
                           ("prefill tok/s", "right"), ("decode tok/s", "right"), ("TTFT", "right"),
-                          ("% roofline", "right")]:
+                          ("% roofline", "right"), ("prefill / decode", "right")]:
         table.add_column(name, justify=justify)
     previous = None
     for row in result.rows:
@@ -38,13 +40,14 @@ def bench_table(result: BenchResult) -> Table:
         previous = group
         head = [row["task"], f"{row['length']:,}", row["policy"]]
         if row["skipped"]:
-            table.add_row(*head, f"[yellow]skipped: {row['skipped']}[/]", *[""] * 7)
+            table.add_row(*head, f"[yellow]skipped: {row['skipped']}[/]", *[""] * 8)
             continue
         table.add_row(
             *head, _share(row["accuracy"]), _share(row["contains_accuracy"]), human_bytes(row["kv_peak_bytes"]),
             human_bytes(row["peak_bytes"]), f"{row['prefill_tokens_per_s']:,.0f}",
             "-" if row["decode_tokens_per_s"] is None else f"{row['decode_tokens_per_s']:,.1f}",
             f"{row['time_to_first_token_s']:.2f} s", f"{100 * row['roofline_s'] / row['measured_s']:.1f}%",
+            " / ".join(_share(row["phases"][name]["roofline_ratio"]) for name in ("prefill", "decode")),
         )
     return table
 

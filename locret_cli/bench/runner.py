@@ -20,7 +20,7 @@ import torch
 import transformers
 
 from locret_cli.arch import PRESETS
-from locret_cli.bench.flops import matmul_rate
+from locret_cli.bench.flops import matmul_rate, memory_rate
 from locret_cli.bench.tasks import TASKS
 from locret_cli.errors import LocretError
 from locret_cli.loading import resolve_device, resolve_dtype
@@ -28,7 +28,7 @@ from locret_cli.policies import POLICY_NAMES
 
 ROW_FIELDS = ("task", "length", "policy", "accuracy", "contains_accuracy", "kv_peak_bytes", "peak_bytes",
               "prefill_tokens_per_s", "decode_tokens_per_s", "time_to_first_token_s", "skipped", "document_tokens",
-              "questions", "flops", "measured_s", "roofline_s", "repeats")
+              "questions", "flops", "measured_s", "roofline_s", "phases", "repeats")
 MEDIAN_FIELDS = ("accuracy", "contains_accuracy", "kv_peak_bytes", "peak_bytes", "prefill_tokens_per_s",
                  "decode_tokens_per_s", "time_to_first_token_s", "measured_s")
 
@@ -103,6 +103,7 @@ def run_bench(config: BenchConfig, on_cell: Callable[[str, int, int], None] = la
     config.checked()
     device = resolve_device(config.device)
     rate = matmul_rate(device, resolve_dtype(config.dtype, device))
+    bandwidth = memory_rate(device)
     tasks, lengths = (["data"], [None]) if config.data else (config.tasks, config.lengths)
     cells = [(t, n, p) for t in tasks for n in lengths for p in config.policies]
     rows, resolved = [], {}
@@ -111,9 +112,9 @@ def run_bench(config: BenchConfig, on_cell: Callable[[str, int, int], None] = la
         runs = [run_cell_process(cell_spec(config, task, length, policy)) for _ in range(config.repeat)]
         if "skipped" not in runs[0] or not resolved:
             resolved = {k: runs[0].get(k) for k in ("model", "settings", "peak_kind")}
-        rows.append(summarise(task, length, policy, runs, rate))
+        rows.append(summarise(task, length, policy, runs, rate, bandwidth))
     on_cell("done", len(cells), len(cells))
-    return BenchResult(resolved_config(config, resolved, rate, device), rows)
+    return BenchResult(resolved_config(config, resolved, rate, bandwidth, device), rows)
 
 
 def cell_spec(config: BenchConfig, task: str, length: int | None, policy: str) -> dict:
@@ -141,8 +142,8 @@ def run_cell_process(spec: dict) -> dict:
     return reply["ok"]
 
 
-def summarise(task: str, length: int | None, policy: str, runs: list[dict], rate: float) -> dict:
-    """One row: the median of each measured figure over the repeats."""
+def summarise(task: str, length: int | None, policy: str, runs: list[dict], rate: float, bandwidth: float) -> dict:
+    """One row: the median of each measured figure over the repeats, and each phase's share of its roofline."""
     row = dict.fromkeys(ROW_FIELDS)
     row.update(task=task, length=length, policy=policy, repeats=len(runs))
     if "skipped" in runs[0]:
@@ -155,7 +156,20 @@ def summarise(task: str, length: int | None, policy: str, runs: list[dict], rate
         row[name] = runs[0][name]
     row["length"] = length if length is not None else row["document_tokens"]
     row["roofline_s"] = row["flops"] / rate
+    row["phases"] = phase_rooflines(runs, rate, bandwidth)
     return row
+
+
+def phase_rooflines(runs: list[dict], rate: float, bandwidth: float) -> dict:
+    """Per phase, the median measured seconds and the roofline: prefill's FLOPs at the matmul rate, decode's bytes
+    at the memory read rate (`bench/flops.py`); `roofline_ratio` is the roofline over the measured time."""
+    phases = {}
+    for name, floor in (("prefill", lambda p: p["flops"] / rate), ("decode", lambda p: p["bytes"] / bandwidth)):
+        seconds = statistics.median(r["phases"][name]["seconds"] for r in runs)
+        phase = {**runs[0]["phases"][name], "seconds": seconds, "roofline_s": floor(runs[0]["phases"][name])}
+        phase["roofline_ratio"] = phase["roofline_s"] / seconds if seconds > 0 else None
+        phases[name] = phase
+    return phases
 
 
 def cpu_name() -> str:
@@ -168,7 +182,7 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def resolved_config(config: BenchConfig, resolved: dict, rate: float, device: torch.device) -> dict:
+def resolved_config(config: BenchConfig, resolved: dict, rate: float, bandwidth: float, device: torch.device) -> dict:
     """The configuration as run: the options, the settings the model's defaults resolved them to, and the machine."""
     return {
         **asdict(config),
@@ -177,6 +191,7 @@ def resolved_config(config: BenchConfig, resolved: dict, rate: float, device: to
         "accuracy_meaningful": config.arch is None,
         "peak_memory_measures": resolved.get("peak_kind"),
         "matmul_flops_per_s": rate,
+        "memory_bytes_per_s": bandwidth,
         "hardware": torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name(),
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,

@@ -55,7 +55,7 @@ class H2OPolicy(AttentionScoredPolicy):
     name = "h2o"
 
     def observe(self, layer_idx, query, key, scaling, layer):
-        layer.scores = layer.scores + received_attention(query, key, scaling)  # out of place: forks share it
+        layer.set("scores", layer.scores + received_attention(query, key, scaling))
 
 
 class SnapKVPolicy(AttentionScoredPolicy):
@@ -71,4 +71,4 @@ class SnapKVPolicy(AttentionScoredPolicy):
     def observe(self, layer_idx, query, key, scaling, layer):
         attention = received_attention(query, key, scaling, first=max(0, query.shape[2] - self.window))
         pooled = F.avg_pool1d(attention, self.kernel, stride=1, padding=self.kernel // 2, count_include_pad=False)
-        layer.scores = pooled
+        layer.set("scores", pooled)

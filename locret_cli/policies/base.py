@@ -29,7 +29,7 @@ class Policy:
         raise NotImplementedError
 
     def observe(self, layer_idx: int, query: torch.Tensor, key: torch.Tensor, scaling: float, layer) -> None:
-        """Rescore `layer`'s entries (layer.scores, (B, kv_heads, n)) from the chunk's attention, in place.
+        """Rescore `layer`'s entries (layer.scores, (B, kv_heads, n)) from the chunk's attention, with `layer.set`.
 
         query (B, heads, T, D) post-RoPE; key (B, kv_heads, n, D), the whole cache including the chunk. Called
         only when `observes` is True."""

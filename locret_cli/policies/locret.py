@@ -7,6 +7,7 @@ import torch.nn.functional as F
 
 from locret_cli.heads import RetainingHeads
 from locret_cli.policies.base import Policy
+from locret_cli.speed.profile_marks import HEADS, mark
 
 
 class LocretPolicy(Policy):
@@ -23,7 +24,8 @@ class LocretPolicy(Policy):
 
     @torch.no_grad()
     def score(self, layer_idx, q, k, v, token_index):
-        scores = self.heads.score(layer_idx, q, k, v)
-        if self.score_pool > 1:
-            scores = F.max_pool1d(scores, self.score_pool, stride=1, padding=self.score_pool // 2)
-        return scores
+        with mark(HEADS):
+            scores = self.heads.score(layer_idx, q, k, v)
+            if self.score_pool > 1:
+                scores = F.max_pool1d(scores, self.score_pool, stride=1, padding=self.score_pool // 2)
+            return scores

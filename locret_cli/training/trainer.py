@@ -26,7 +26,7 @@ from locret_cli.errors import LocretError
 from locret_cli.heads import HEADS_CONFIG, RetainingHeads, load_heads
 from locret_cli.measure import peak_memory, reset_peak
 from locret_cli.training.data import TokenizedExample
-from locret_cli.loading import cpu_has_fast_bf16
+from locret_cli.loading import resolve_dtype
 from locret_cli.probe import observe_attention
 from locret_cli.training.labels import answer_to_prompt_max
 
@@ -99,7 +99,7 @@ class HeadTrainer:
         self.warmup = config.warmup if config.warmup is not None else max(1, config.steps // 20)
         self.step = 0
         self.last_loss = self.last_smooth = float("nan")  # of the latest step, kept in checkpoints
-        self.fast_bf16 = model.device.type == "cuda" or cpu_has_fast_bf16()
+        self.fast_bf16 = resolve_dtype("auto", model.device) == torch.bfloat16
         self._optimise(RetainingHeads.for_model(model, config.hidden).float().to(model.device))
 
     def _optimise(self, heads: RetainingHeads) -> None:
@@ -156,8 +156,8 @@ class HeadTrainer:
         return sum(fits) / layers, sum(smooths) / layers, overlaps
 
     def autocast(self) -> torch.autocast | None:
-        """Heads keep float32 weights and compute in bf16 where bf16 matmuls are fast (CUDA; CPUs with AMX or
-        AVX512-BF16; docs/training.md measures it); None where they compute in float32."""
+        """Heads keep float32 weights and compute in bf16 where bf16 is fast (CUDA; CPUs where the dtype probe
+        chose bf16; docs/training.md measures it); None where they compute in float32."""
         if self.fast_bf16:
             return torch.autocast(self.model.device.type, dtype=torch.bfloat16)
         return None

@@ -1,0 +1,91 @@
+"""Speed-ups that must not change a result: packed bf16 linears, and the dtype probe's choice and cache."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from conftest import tiny_model
+from locret_cli.engine import Engine, Settings
+from locret_cli.heads import RetainingHeads
+from locret_cli.policies.locret import LocretPolicy
+from locret_cli.speed import dtype_probe
+from locret_cli.speed.packed_linear import PACKED_ATTRIBUTE, pack_if_room, pack_linears, packable
+from test_engine import chunks_of, random_ids
+
+needs_onednn = pytest.mark.skipif(not packable(torch.nn.Linear(2, 2).to(torch.bfloat16)),
+                                  reason="this torch build has no oneDNN packed linear")
+
+
+def answer(model, heads) -> tuple[list[int], torch.Tensor]:
+    engine = Engine(model, LocretPolicy(heads), Settings(budget=40, chunk_size=32, stabilizers=8, max_new_tokens=16),
+                    stop_ids=set())
+    engine.read(chunks_of(random_ids(160), 32))
+    logits = engine.forward([3, 4, 5], score=False)
+    return engine.decode(engine.pick(logits))[0], logits
+
+
+@needs_onednn
+def test_packed_linears_give_the_same_greedy_tokens():
+    model = tiny_model("qwen2").to(torch.bfloat16)  # q/k/v biases go through the packed product too
+    heads = RetainingHeads.for_model(model)
+    before_tokens, before_logits = answer(model, heads)
+    assert pack_linears(model, 32) == 2 * 7 + 1  # every projection of both layers, and the LM head
+    assert pack_linears(model, 32) == 0  # idempotent
+    after_tokens, after_logits = answer(model, heads)
+    assert after_tokens == before_tokens
+    torch.testing.assert_close(after_logits, before_logits, rtol=0, atol=1e-2)
+
+
+@needs_onednn
+def test_packed_linears_still_train_through_the_plain_product():
+    model = tiny_model("llama").to(torch.bfloat16)
+    pack_linears(model, 8)
+    model.model.layers[0].self_attn.q_proj.weight.requires_grad_(True)
+    loss = model(input_ids=torch.tensor([[2, 3, 4, 5]]), labels=torch.tensor([[2, 3, 4, 5]])).loss
+    loss.backward()
+    assert model.model.layers[0].self_attn.q_proj.weight.grad is not None
+
+
+def test_fp32_and_quantized_layers_are_never_packed():
+    model = tiny_model("llama")
+    assert pack_linears(model, 8) == 0
+    assert not any(hasattr(m, PACKED_ATTRIBUTE) for m in model.modules())
+
+
+@needs_onednn
+def test_packing_waits_for_room(monkeypatch):
+    model = tiny_model("llama").to(torch.bfloat16)
+    monkeypatch.setattr("locret_cli.measure.available_memory", lambda device: 1000)
+    assert pack_if_room(model, 8) == 0 and not hasattr(model.lm_head, PACKED_ATTRIBUTE)
+    monkeypatch.setattr("locret_cli.measure.available_memory", lambda device: 2**40)
+    weights = sum(m.weight.numel() * 2 for m in model.modules() if isinstance(m, torch.nn.Linear))
+    assert pack_if_room(model, 8) == weights
+
+
+def test_the_dtype_probe_keeps_the_faster_and_measures_once(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    timings = {torch.bfloat16: 0.5, torch.float32: 1.5}
+    calls = []
+    monkeypatch.setattr(dtype_probe, "probe_seconds", lambda dtype: calls.append(dtype) or timings[dtype])
+    first = dtype_probe.measured_cpu_dtype()
+    assert first.dtype == torch.bfloat16 and first.reason == "bf16: 3.0x faster than fp32 in this CPU's probe"
+    assert dtype_probe.measured_cpu_dtype() == first and len(calls) == 2  # the second answer came from the cache
+    cached = json.loads((tmp_path / "locret" / "dtype-probe.json").read_text())
+    assert cached == {dtype_probe.machine_key(): {"bf16": 0.5, "fp32": 1.5}}
+
+
+def test_the_dtype_probe_picks_fp32_where_bf16_is_slow_and_survives_a_bad_cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    (tmp_path / "locret").mkdir()
+    (tmp_path / "locret" / "dtype-probe.json").write_text("{not json")
+    monkeypatch.setattr(dtype_probe, "probe_seconds", lambda dtype: 2.0 if dtype == torch.bfloat16 else 0.5)
+    choice = dtype_probe.measured_cpu_dtype()
+    assert choice.dtype == torch.float32 and choice.reason.startswith("fp32: 4.0x faster than bf16")
+
+
+def test_the_probe_block_runs_in_both_dtypes():
+    assert dtype_probe.probe_seconds(torch.float32) > 0
+    assert dtype_probe.probe_seconds(torch.bfloat16) > 0
