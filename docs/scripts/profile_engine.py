@@ -112,12 +112,13 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=16384)
     parser.add_argument("--chunks", type=int, default=6)
     parser.add_argument("--steps", type=int, default=32)
+    parser.add_argument("--heads-hidden", type=int, default=1024, help="the retaining heads' hidden width")
     parser.add_argument("--no-pack", action="store_true", help="leave linears unpacked (the state before packing)")
     args = parser.parse_args()
 
     model = random_model(args.preset, DTYPES[args.dtype])
     torch.manual_seed(0)
-    heads = RetainingHeads.for_model(model).eval()
+    heads = RetainingHeads.for_model(model, args.heads_hidden).eval()
     if not args.no_pack:
         pack_linears(model, args.chunk)
     tokenizer = TiktokenTokenizer.byte_level()
@@ -148,7 +149,8 @@ def main() -> None:
     print()
     print(table("decode step", breakdown(prof, wall * 1e6), steps, plain_decode))
     print(f"\n{args.preset} shape, random weights, {args.dtype}, budget {args.budget}, chunk {args.chunk}, "
-          f"{'unpacked' if args.no_pack else 'packed'} linears, {torch.get_num_threads()} threads")
+          f"heads hidden {args.heads_hidden}, {'unpacked' if args.no_pack else 'packed'} linears, "
+          f"{torch.get_num_threads()} threads")
 
 
 if __name__ == "__main__":
