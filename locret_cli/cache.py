@@ -54,8 +54,11 @@ class Buffers:
 
 
 def _entries(name: str) -> property:
-    return property(lambda layer: None if layer.buffers is None else layer.buffers.tensors[name].narrow(2, 0, layer.length),
-                    doc=f"The {name} of the layer's entries: a view of its buffer, or None before the first update.")
+    def view(layer: "ScoredLayer") -> torch.Tensor | None:
+        return None if layer.buffers is None else layer.buffers.tensors[name].narrow(2, 0, layer.length)
+
+    return property(view, doc=f"The {name} of the layer's entries: a view of its buffer, or None before the first "
+                              "update.")
 
 
 class ScoredLayer(CacheLayerMixin):
@@ -96,7 +99,7 @@ class ScoredLayer(CacheLayerMixin):
         """Append T new entries (key_states: (B, kv_heads, T, head_dim)) with their staged positions, origins and
         scores; returns the keys and values of all entries."""
         with mark(CACHE_UPDATE):
-            batch, heads, new, _ = key_states.shape
+            new = key_states.shape[2]
             scores, self.staged_scores = self.staged_scores, None
             if self.buffers is None:
                 self.is_initialized = True
@@ -131,7 +134,7 @@ class ScoredLayer(CacheLayerMixin):
         self._write_front(tensors)
 
     def keep(self, keep: torch.Tensor) -> None:
-        """Keep only entries `keep` (B, kv_heads, k), in that order."""
+        """Keep only entries `keep` (B, kv_heads, k), in that order (gathered first, then written over the front)."""
         gathered = {name: t.gather(2, keep if t.dim() == 3 else keep.unsqueeze(-1).expand(-1, -1, -1, t.shape[-1]))
                     for name, t in self.tensors().items()}
         self.length = keep.shape[-1]
@@ -156,8 +159,7 @@ class ScoredLayer(CacheLayerMixin):
                               "fork the reading again")
         if self.length < buffers.shared or needed > buffers.capacity:
             self._private_copy(self.cache.room_for(needed, buffers.capacity))
-        buffers = self.buffers
-        buffers.tail_owner = self.cache
+        self.buffers.tail_owner = self.cache
 
     def _private_copy(self, capacity: int) -> None:
         """Move this layer's entries into buffers of its own, `capacity` long."""
