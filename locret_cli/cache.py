@@ -27,7 +27,7 @@ import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
 from locret_cli.errors import LocretError
-from locret_cli.rope import rerotation_angles, rotate
+from locret_cli.rope import rerotation_angles, rotate, shift_table, turn
 from locret_cli.speed.profile_marks import CACHE_UPDATE, REROTATE, SELECT, mark
 
 FIELDS = ("keys", "values", "scores", "positions", "origins")
@@ -237,16 +237,25 @@ class LocretCache(Cache):
     def move_keys(self, new_positions: torch.Tensor | None, new_frequencies: torch.Tensor) -> None:
         """Re-rotate every cached key to `new_positions` (B, kv_heads, n) under `new_frequencies`.
 
-        new_positions None keeps each entry's position (a frequency switch only).
+        new_positions None keeps each entry's position (a frequency switch only). Renumbering under unchanged
+        frequencies reads cos and sin from one `shift_table` for all layers; the result is the same to the bit.
         """
         with mark(REROTATE):
-            for layer in self.layers:
-                if layer.length == 0:
-                    continue
-                target = layer.positions if new_positions is None else new_positions.to(layer.positions)
-                if torch.equal(target, layer.positions) and torch.equal(self.frequencies, new_frequencies):
-                    continue
-                angles = rerotation_angles(layer.positions, target, self.frequencies, new_frequencies)
-                layer.set("keys", rotate(layer.keys, angles.to(layer.keys.device)))
-                layer.set("positions", target)
+            layers = [layer for layer in self.layers if layer.length > 0]
+            if new_positions is None or not torch.equal(self.frequencies, new_frequencies):
+                for layer in layers:
+                    target = layer.positions if new_positions is None else new_positions.to(layer.positions)
+                    angles = rerotation_angles(layer.positions, target, self.frequencies, new_frequencies)
+                    layer.set("keys", rotate(layer.keys, angles.to(layer.keys.device)))
+                    layer.set("positions", target)
+            elif layers:
+                target = new_positions.to(layers[0].positions)
+                shifts = [target - layer.positions for layer in layers]
+                low, high = min(int(s.min()) for s in shifts), max(int(s.max()) for s in shifts)
+                cos, sin = shift_table(low, high, new_frequencies.to(target.device))
+                for layer, shift in zip(layers, shifts):
+                    if bool(shift.any()):
+                        index = (shift - low).long()
+                        layer.set("keys", turn(layer.keys, cos[index], sin[index]))
+                        layer.set("positions", target)
             self.frequencies = new_frequencies

@@ -56,18 +56,33 @@ def frequencies_for(rotary: torch.nn.Module, position_ids: torch.Tensor) -> torc
 
 
 def rotate(keys: torch.Tensor, angles: torch.Tensor) -> torch.Tensor:
-    """Rotate rotated keys further by `angles`, in the rotate-half layout the supported families use.
+    """Rotate rotated keys further by `angles` (B, H, n, rotary_dim / 2), float64 or float32: `turn` by their cos and
+    sin, taken in the angles' dtype."""
+    return turn(keys, angles.cos().float(), angles.sin().float())
 
-    keys: (B, H, n, head_dim), any float dtype. angles: (B, H, n, rotary_dim / 2), float64 or float32.
-    Only the first rotary_dim channels turn (partial rotary); the rest pass through. cos and sin are taken once per
-    frequency in the angles' dtype; the turn runs in float32 on each half and is cast back once. Returns a tensor
-    shaped and typed like `keys`.
+
+def turn(keys: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate keys (B, H, n, head_dim), any float dtype, by the angles whose cos and sin (B, H, n, rotary_dim / 2)
+    float32 are given, in the rotate-half layout the supported families use.
+
+    Only the first rotary_dim channels turn (partial rotary); the rest pass through. The turn runs in float32 on each
+    half and is cast back once. Returns a tensor shaped and typed like `keys`.
     """
-    half = angles.shape[-1]
-    cos, sin = angles.cos().float(), angles.sin().float()
+    half = cos.shape[-1]
     first, second = keys[..., :half].float(), keys[..., half:2 * half].float()
     turned = (first * cos - second * sin, second * cos + first * sin)
     return torch.cat((*(t.to(keys.dtype) for t in turned), keys[..., 2 * half:]), dim=-1)
+
+
+def shift_table(low: int, high: int, freq: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin, (high - low + 1, rotary_dim / 2) float32, of every integer position shift low..high times `freq`.
+
+    Row s - low holds exactly what `rotate(keys, rerotation_angles(...))` computes for a shift of s under unchanged
+    frequencies (the product and the cos in float64, then float32). A compact eviction's shifts span at most
+    budget + chunk values, so one table serves every layer and head instead of one cos per key and frequency.
+    """
+    angles = torch.arange(low, high + 1, dtype=torch.float64, device=freq.device)[:, None] * freq.double()
+    return angles.cos().float(), angles.sin().float()
 
 
 def rerotation_angles(

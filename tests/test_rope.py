@@ -13,7 +13,15 @@ from locret_cli.engine import Engine, Settings
 from locret_cli.policies import make_policy
 from test_engine import chunks_of, random_ids
 from locret_cli.errors import LocretError
-from locret_cli.rope import check_supported, frequencies_for, rerotation_angles, rotary_module, rotate
+from locret_cli.rope import (
+    check_supported,
+    frequencies_for,
+    rerotation_angles,
+    rotary_module,
+    rotate,
+    shift_table,
+    turn,
+)
 
 
 def rope_at(model, family, pre_rope_keys, positions):
@@ -92,3 +100,20 @@ def test_unsupported_model_types_and_rope_types_are_refused():
     config.rope_parameters = {"rope_type": "mrope", "rope_theta": 10000.0}
     with pytest.raises(LocretError, match="mrope"):
         check_supported(config)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_shift_table_turns_keys_exactly_as_per_key_angles_do(dtype):
+    """Compact renumbering reads cos and sin from one table of shifts; the keys it gives must equal, to the bit,
+    the per-key float64 angles it replaced, including with partial rotary (the last channels pass through)."""
+    generator = torch.Generator().manual_seed(5)
+    freq = 1.0 / 10000 ** (torch.arange(0, 12, 2, dtype=torch.float32) / 12)  # rotary_dim 12 of head_dim 16
+    keys = torch.randn(1, 3, 40, 16, generator=generator).to(dtype)
+    old = torch.randint(0, 3000, (1, 3, 40), generator=generator, dtype=torch.int32)
+    new = torch.randint(0, 1024, (1, 3, 40), generator=generator, dtype=torch.int32)
+    shift = new - old
+    low, high = int(shift.min()), int(shift.max())
+    cos, sin = shift_table(low, high, freq)
+    assert cos.shape == (high - low + 1, 6)
+    index = (shift - low).long()
+    assert torch.equal(turn(keys, cos[index], sin[index]), rotate(keys, rerotation_angles(old, new, freq, freq)))
