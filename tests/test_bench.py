@@ -111,6 +111,7 @@ def test_bench_json_rows_for_each_policy_with_the_same_cache():
     assert set(data) == {"config", "rows"}
     assert data["config"]["settings"]["budget"] == 128 and data["config"]["matmul_flops_per_s"] > 0
     assert data["config"]["peak_memory_measures"] == "cpu peak RSS"
+    assert data["config"]["compute"].startswith(("bf16: ", "fp32: "))
     rows = {row["policy"]: row for row in data["rows"]}
     assert list(rows) == ["locret", "streaming", "snapkv", "full"]
     for row in rows.values():

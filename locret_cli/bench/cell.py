@@ -110,6 +110,7 @@ def run_cell(spec: CellSpec) -> dict:
                    "decode": {"bytes": counter.decode_bytes, "steps": decode_steps, "seconds": decode_s}},
         "measured_s": measured_s,
         "model": session.loaded.name,
+        "compute": reading.compute,
         "settings": asdict(settings),
     }
 

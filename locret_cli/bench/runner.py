@@ -111,7 +111,7 @@ def run_bench(config: BenchConfig, on_cell: Callable[[str, int, int], None] = la
         on_cell(f"{task} {length or ''} {policy}".replace("  ", " "), index, len(cells))
         runs = [run_cell_process(cell_spec(config, task, length, policy)) for _ in range(config.repeat)]
         if "skipped" not in runs[0] or not resolved:
-            resolved = {k: runs[0].get(k) for k in ("model", "settings", "peak_kind")}
+            resolved = {k: runs[0].get(k) for k in ("model", "settings", "peak_kind", "compute")}
         rows.append(summarise(task, length, policy, runs, rate, bandwidth))
     on_cell("done", len(cells), len(cells))
     return BenchResult(resolved_config(config, resolved, rate, bandwidth, device), rows)
@@ -187,6 +187,7 @@ def resolved_config(config: BenchConfig, resolved: dict, rate: float, bandwidth:
     return {
         **asdict(config),
         "model_name": resolved.get("model"),
+        "compute": resolved.get("compute"),  # the dtype and why, and whether linears were packed
         "settings": resolved.get("settings"),
         "accuracy_meaningful": config.arch is None,
         "peak_memory_measures": resolved.get("peak_kind"),
