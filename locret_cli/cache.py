@@ -31,7 +31,6 @@ from locret_cli.rope import rerotation_angles, rotate, shift_table, turn
 from locret_cli.speed.profile_marks import CACHE_UPDATE, REROTATE, SELECT, mark
 
 FIELDS = ("keys", "values", "scores", "positions", "origins")
-GROWTH = 1.5  # a buffer that must grow (a policy that never evicts) grows by at least this factor
 
 
 class Buffers:
@@ -173,19 +172,21 @@ class ScoredLayer(CacheLayerMixin):
 class LocretCache(Cache):
     """One ScoredLayer per decoder layer, plus the bookkeeping the engine reports."""
 
-    def __init__(self, num_layers: int, reserved: int = 0):
+    def __init__(self, num_layers: int, reserved: int = 0, step: int = 256):
         super().__init__(layers=[ScoredLayer(self) for _ in range(num_layers)])
         self.reserved = reserved  # entries each layer's buffers may grow to before they are needed
+        self.step = step  # past the reservation, buffers grow by at least this many entries (a chunk)
         self.frequencies: torch.Tensor | None = None  # inverse frequencies the cached keys are rotated with
         self.peak_tokens = 0
         self.peak_bytes = 0
 
     def room_for(self, needed: int, capacity: int) -> int:
-        """The capacity to allocate for `needed` entries, growing from `capacity`. Within the reservation: twice
-        what is needed, GROWTH times more, but never past it; beyond it, GROWTH times more."""
+        """The capacity to allocate for `needed` entries, growing from `capacity`: within the reservation, twice what
+        is needed but never past it; beyond it (a policy that never evicts), one `step` more, so a full cache holds
+        at most one chunk of room it does not use."""
         if needed <= self.reserved:
-            return max(needed, capacity, min(self.reserved, max(2 * needed, int(capacity * GROWTH))))
-        return max(needed, int(capacity * GROWTH))
+            return max(needed, capacity, min(self.reserved, 2 * needed))
+        return max(needed, capacity + self.step)
 
     def reserve(self, entries: int) -> None:
         """Make room for `entries` per head before they come, so appending them never grows a buffer."""

@@ -105,7 +105,8 @@ class Engine:
         self.rotary = rotary_module(model)
         self.dynamic_frequencies = changes_with_length(self.rotary)
         room = settings.budget + settings.chunk_size + QUESTION_ROOM + settings.max_new_tokens if policy.evicts else 0
-        self.cache = LocretCache(model.config.get_text_config(decoder=True).num_hidden_layers, reserved=room)
+        self.cache = LocretCache(model.config.get_text_config(decoder=True).num_hidden_layers, reserved=room,
+                                 step=settings.chunk_size)
         self.seen = 0  # tokens of input consumed so far
         self.document_tokens = self.kept_tokens = 0
         self.generator = torch.Generator(device="cpu").manual_seed(settings.seed)

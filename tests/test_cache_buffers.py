@@ -34,12 +34,12 @@ def test_appends_write_into_one_buffer_reserved_up_front():
     assert layer.origins[0, 0].tolist() == list(range(32))
 
 
-def test_growth_past_the_reservation_keeps_every_entry():
-    cache = LocretCache(1, reserved=0)
+def test_growth_past_the_reservation_keeps_every_entry_and_one_step_of_room():
+    cache = LocretCache(1, reserved=0, step=4)
     for step in range(10):
         fill(cache, step * 3, 3, value=float(step))
     layer = cache.layers[0]
-    assert layer.length == 30 and layer.buffers.capacity >= 30
+    assert layer.length == 30 and layer.buffers.capacity == 32  # grown 4 at a time
     assert layer.keys[0, 1, :, 0].tolist() == [float(i // 3) for i in range(30)]
 
 
