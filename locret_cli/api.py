@@ -39,6 +39,7 @@ class Session:
     loaded: LoadedModel
     heads: RetainingHeads | None
     policy: str = "locret"
+    question_warning: Callable[[str], str | None] | None = None  # the embedded model's check of a question's form
 
     def settings(self, warn: Callable[[str], None] = lambda _: None, **overrides) -> Settings:
         """Settings from, in order: non-None `overrides`, the model's recorded defaults, the global defaults."""
@@ -81,7 +82,8 @@ class Session:
         info = DocumentInfo(document.name, document.kind, engine.document_tokens - len(prefix), document.pages,
                             document.sha256, document.size_bytes, read_s)
         return Reading(engine, tokenizer, self.loaded.name, prefix, source_map, info, read_s,
-                       warnings=warnings + document.warnings, compute=compute)
+                       warnings=warnings + document.warnings, compute=compute,
+                       question_warning=self.question_warning)
 
     def ask(
         self,
@@ -105,6 +107,7 @@ class Session:
 
         reading = load_reading(path, self.loaded.model, self.loaded.tokenizer, self.loaded.name, self.heads)
         reading.compute = self.prepare(reading.settings.chunk_size)
+        reading.question_warning = self.question_warning
         return reading
 
     def prepare(self, chunk_size: int) -> str:
@@ -144,13 +147,13 @@ def load_session(
     shipped for this model (`models/shipped.py`), whose recorded engine settings then become the defaults (for every
     policy). A session that only answers from saved contexts needs no heads: pass heads_required=False."""
     if model is None:
-        from locret_cli.embedded import load_embedded
+        from locret_cli.embedded import load_embedded, question_warning
 
         if load_4bit:
             raise LocretError("--load-4bit applies to --model; the embedded model is already tiny")
         loaded, embedded_heads = load_embedded(device, dtype)
         chosen_heads = load_heads(heads, loaded.model) if heads else embedded_heads
-        return Session(loaded, chosen_heads, policy)
+        return Session(loaded, chosen_heads, policy, question_warning)
     loaded = load_model(model, device, dtype, load_4bit, trust_remote_code)
     shipped = None if heads else find_shipped(loaded.model)
     if shipped is not None:

@@ -9,6 +9,7 @@ budget. It knows nothing else; real questions about real books need a real model
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from locret_cli.errors import LocretError
@@ -17,6 +18,16 @@ from locret_cli.loading import LoadedModel, load_model
 
 EMBEDDED_DIR = Path(__file__).resolve().parent / "embedded_model"
 NAME = "embedded demo model (3.7M, trained on synthetic documents)"
+QUESTION_FORMS = (re.compile(r"What is the pass key\?"), re.compile(r"What is the \S.* of \S.*\?"))
+
+
+def question_warning(question: str) -> str | None:
+    """Why an answer to `question` cannot be trusted, when it is not of a form the embedded model was trained on
+    (`synthetic.py`: "What is the <attribute> of <entity>?" and "What is the pass key?"); None when it is."""
+    if any(form.fullmatch(question.strip()) for form in QUESTION_FORMS):
+        return None
+    return ('the embedded demo model was trained only on "What is the <attribute> of <entity>?" and "What is the '
+            'pass key?"; its answer to another question is unreliable (pass a real model with --model)')
 
 
 def load_embedded(device: str = "auto", dtype: str = "auto") -> tuple[LoadedModel, RetainingHeads]:

@@ -121,6 +121,12 @@ class Reading:
     loaded_from: str | None = None
     warnings: list[str] = field(default_factory=list)
     compute: str = ""  # how the model computes (`Session.prepare`)
+    question_warning: Callable[[str], str | None] | None = None  # a model's check of a question's form
+
+    def question_warnings(self, question: str) -> list[str]:
+        """Warnings about `question` itself: a question the model was not trained to answer (embedded model)."""
+        warning = self.question_warning(question) if self.question_warning else None
+        return [warning] if warning else []
 
     @property
     def settings(self) -> Settings:
@@ -183,7 +189,7 @@ class Reading:
             decode_tokens_per_s=generation.decode_steps / generation.decode_s if generation.decode_steps else None,
             time_to_first_token_s=self.read_s + generation.time_to_first_token_s,
             total_s=self.read_s + answer_s,
-            warnings=list(self.warnings),
+            warnings=list(self.warnings) + self.question_warnings(question),
             compute=self.compute,
         )
 

@@ -171,3 +171,17 @@ def test_load_4bit_without_bitsandbytes(doc, llama_dir, monkeypatch):
 def test_python_dash_m_runs_the_same_cli():
     out = subprocess.run([sys.executable, "-m", "locret_cli", "ask", "--help"], capture_output=True, text=True)
     assert out.returncode == 0 and "--budget" in out.stdout
+
+
+def test_the_embedded_model_warns_of_questions_outside_its_forms(doc, llama_dir):
+    trained = ask(doc, "What is the gate code of the north depot?", "--json")
+    assert trained.exit_code == 0 and "was trained only on" not in trained.stderr
+    assert json.loads(trained.stdout)["warnings"] == []
+    other = ask(doc, "Summarise chapter 3", "--json")
+    assert other.exit_code == 0
+    warning = 'the embedded demo model was trained only on "What is the <attribute> of <entity>?"'
+    assert other.stderr.count(warning) == 1
+    assert [w for w in json.loads(other.stdout)["warnings"] if w.startswith(warning)]
+    real = ask(doc, "Summarise chapter 3", "--model", llama_dir, "--policy", "streaming", "--budget", 64,
+               "--chunk-size", 32, "--max-new-tokens", 2, "--json")
+    assert real.exit_code == 0 and "was trained only on" not in real.stderr

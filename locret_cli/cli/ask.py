@@ -101,6 +101,8 @@ def ask(
         err.print(f"[yellow]warning:[/] {message}")
     results = []
     for text in asked:
+        for message in [] if quiet else reading.question_warnings(text):
+            err.print(f"[yellow]warning:[/] {message}")
         result = reading.ask(text, settings, sources=0 if no_sources else SOURCES_SHOWN)
         results.append(result)
         if as_jsonl:

@@ -79,6 +79,8 @@ def run_chat(conversation, read_line: Callable[[], str], out: Console, err: Cons
             if line.startswith("/"):
                 command(conversation, line, out, err, heads)
                 continue
+            for message in conversation.reading.question_warnings(line):
+                err.print(f"[yellow]warning:[/] {message}")
             answer_turn(conversation, line, out)
         except LocretError as exc:
             err.print(f"[bold red]error:[/] {exc}")
