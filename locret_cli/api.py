@@ -72,7 +72,7 @@ class Session:
         policy = policy or make_policy(self.policy, model, self.heads, settings.score_pool)
         if not force:
             self.check_memory(policy, settings, document, QUESTION_ALLOWANCE)
-        compute = self.prepare(settings.chunk_size)
+        compute = self.prepare()
         engine = Engine(model, policy, settings, stop_token_ids(model, tokenizer), pinned=len(prefix))
         source_map = SourceMap("page" if document.kind == "pdf" else "lines")
         reset_peak(model.device)
@@ -106,14 +106,14 @@ class Session:
         from locret_cli.saved_context import load_reading
 
         reading = load_reading(path, self.loaded.model, self.loaded.tokenizer, self.loaded.name, self.heads)
-        reading.compute = self.prepare(reading.settings.chunk_size)
+        reading.compute = self.prepare()
         reading.question_warning = self.question_warning
         return reading
 
-    def prepare(self, chunk_size: int) -> str:
+    def prepare(self) -> str:
         """Pack the model's bf16 linears for oneDNN where that pays and fits (`speed/packed_linear.py`); returns
         how the model computes, for the cost table."""
-        packed = pack_if_room(self.loaded.model, chunk_size)
+        packed = pack_if_room(self.loaded.model)
         dtype = self.loaded.dtype_reason or str(self.loaded.model.dtype).removeprefix("torch.")
         return f"{dtype}; linear weights packed for oneDNN (+{human_bytes(packed)})" if packed else dtype
 

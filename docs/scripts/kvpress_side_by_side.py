@@ -50,7 +50,7 @@ def locret_worker(spec: dict) -> dict:
     torch.manual_seed(SEED)
     heads = RetainingHeads.for_model(model).eval()
     settings = Settings(budget=spec["kept"], chunk_size=spec["chunk"], stabilizers=spec["kept"] // 2)
-    pack_linears(model, settings.chunk_size)
+    pack_linears(model)
     ids = random_ids(model.config.vocab_size, spec["length"]).tolist()
     chunks = (TokenChunk(ids[i:i + settings.chunk_size], None, None, 0) for i in range(0, len(ids), settings.chunk_size))
     engine = Engine(model, LocretPolicy(heads), settings, stop_ids=set())

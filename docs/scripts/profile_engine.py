@@ -120,7 +120,7 @@ def main() -> None:
     torch.manual_seed(0)
     heads = RetainingHeads.for_model(model, args.heads_hidden).eval()
     if not args.no_pack:
-        pack_linears(model, args.chunk)
+        pack_linears(model)
     tokenizer = TiktokenTokenizer.byte_level()
     document = generated_samples("needle", tokenizer, args.tokens, 1)[0].document
     prefix = prompt_layout(tokenizer).head_ids

@@ -80,7 +80,7 @@ def probe_seconds(dtype: torch.dtype) -> float:
     """Seconds the probe block takes in `dtype` (linears packed as locret packs them), after one warm-up pass."""
     torch.manual_seed(0)
     block = ProbeBlock().to(dtype)
-    pack_linears(block, 128)
+    pack_linears(block)
     inputs = {rows: torch.randn(1, rows, WIDTH, dtype=dtype) for rows in ROUNDS}
     for x in inputs.values():
         block(x)

@@ -1,10 +1,11 @@
-"""bf16 linear layers on the CPU through oneDNN's packed weights.
+"""bf16 linear layers on the CPU, for one row at a time, through oneDNN's packed weights.
 
-A bf16 `F.linear` with one row of input (every decode step) runs at about half the memory bandwidth of these CPUs:
-a 1536×576 product took 81 µs unpacked and 34 µs packed (docs/performance.md). Weights reordered once into
-oneDNN's blocked layout (`torch.ops.mkldnn._reorder_linear_weight`) and multiplied with `_linear_pointwise`, the
-pair torch.compile's CPU backend emits for frozen linears, give the same numbers as `F.linear` and the prefill's
-products are no slower.
+A bf16 `F.linear` with one row of input (every decode step) runs far below these CPUs' memory bandwidth: a
+1536×576 product took 61 µs unpacked and 36 µs packed (docs/performance.md). Weights reordered once into oneDNN's
+blocked layout (`torch.ops.mkldnn._reorder_linear_weight`) and multiplied with `_linear_pointwise`, the pair
+torch.compile's CPU backend emits for frozen linears, give the same numbers as `F.linear` for one row. For a
+prefill chunk they round some products' last bit differently (SmolLM2's 576×576 projections at 1,024 rows), which
+can change a greedy answer, and they are barely faster there: chunks keep `F.linear`.
 
 The packed copy is held beside the original weight, which stays as it is for everything else that reads it
 (state dicts, fingerprints, tied embeddings), so packing costs the linear weights' size again in memory. Only plain
@@ -29,30 +30,31 @@ def packable(module: nn.Module) -> bool:
 
 
 def _packed_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    if torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad):
-        return F.linear(x, self.weight, self.bias)  # the packed product has no backward
+    one_row = x.numel() == x.shape[-1]
+    if not one_row or (torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)):
+        return F.linear(x, self.weight, self.bias)  # chunks, and training (the packed product has no backward)
     return torch.ops.mkldnn._linear_pointwise(x, getattr(self, PACKED_ATTRIBUTE), self.bias, "none", [], "")
 
 
-def pack_linears(model: nn.Module, rows: int) -> int:
-    """Give every packable linear of `model` a packed copy of its weight, laid out for products of `rows` input
-    rows (the prefill chunk), and a forward that uses it. Returns how many were packed; idempotent."""
+def pack_linears(model: nn.Module) -> int:
+    """Give every packable linear of `model` a copy of its weight packed for one-row products, and a forward that
+    uses it for one row. Returns how many were packed; idempotent."""
     packed = 0
     for module in model.modules():
         if packable(module) and not hasattr(module, PACKED_ATTRIBUTE):
             with torch.no_grad():
-                setattr(module, PACKED_ATTRIBUTE, torch.ops.mkldnn._reorder_linear_weight(module.weight, rows))
+                setattr(module, PACKED_ATTRIBUTE, torch.ops.mkldnn._reorder_linear_weight(module.weight, 1))
             module.forward = types.MethodType(_packed_forward, module)
             packed += 1
     return packed
 
 
-def pack_if_room(model: nn.Module, rows: int) -> int:
+def pack_if_room(model: nn.Module) -> int:
     """`pack_linears` when the packed copies take at most half the memory free on the model's device; returns the
     bytes packed so far (0 when nothing was, or could be)."""
     from locret_cli.measure import available_memory
 
     extra = sum(m.weight.numel() * 2 for m in model.modules() if packable(m) and not hasattr(m, PACKED_ATTRIBUTE))
     if extra and extra <= available_memory(next(model.parameters()).device) // 2:
-        pack_linears(model, rows)
+        pack_linears(model)
     return sum(getattr(m, PACKED_ATTRIBUTE).numel() * 2 for m in model.modules() if hasattr(m, PACKED_ATTRIBUTE))
