@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from locret_cli.speed.packed_linear import pack_linears
 
-PROBE_VERSION = 1
+PROBE_VERSION = 2  # 2: only one-row products packed, as locret now packs them
 WIDTH, FFN = 576, 1536  # a small model's sizes; what matters is how each dtype's kernels behave, not the model
 ROUNDS = {1: 24, 128: 3}  # input rows -> repetitions (decode-like, prefill-like)
 
