@@ -17,7 +17,7 @@ from dataclasses import dataclass, fields
 from typing import BinaryIO
 
 from locret_cli.documents import Document, open_document, token_chunks
-from locret_cli.engine import Engine, Progress, Settings
+from locret_cli.engine import QUESTION_ALLOWANCE, Engine, Progress, Settings
 from locret_cli.errors import LocretError
 from locret_cli.heads import RetainingHeads, load_heads
 from locret_cli.loading import LoadedModel, load_model
@@ -28,8 +28,6 @@ from locret_cli.prompt import prompt_layout, stop_token_ids
 from locret_cli.reading import SOURCES_SHOWN, AskResult, DocumentInfo, Reading
 from locret_cli.sources import SourceMap
 from locret_cli.speed.packed_linear import pack_if_room
-
-QUESTION_ALLOWANCE = 256  # tokens a question is assumed to take when a document is read before it is asked
 
 
 @dataclass

@@ -41,6 +41,7 @@ class Buffers:
 
     def __init__(self, tensors: dict[str, torch.Tensor]):
         self.tensors, self.shared, self.tail_owner = tensors, 0, None
+        self.entry_bytes = sum(t.numel() // t.shape[2] * t.element_size() for t in tensors.values())
 
     @property
     def capacity(self) -> int:
@@ -77,10 +78,7 @@ class ScoredLayer(CacheLayerMixin):
 
     def nbytes(self) -> int:
         """Bytes of the entries held (the room reserved past them is not counted)."""
-        if self.buffers is None:
-            return 0
-        per_entry = sum(t.numel() // t.shape[2] * t.element_size() for t in self.buffers.tensors.values())
-        return self.length * per_entry
+        return 0 if self.buffers is None else self.length * self.buffers.entry_bytes
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         self.is_initialized = True

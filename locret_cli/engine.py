@@ -25,7 +25,7 @@ from locret_cli.rope import changes_with_length, frequencies_for, rotary_module
 from locret_cli.speed.profile_marks import CAPTURE, FREQUENCIES, mark
 
 POSITION_MODES = ("compact", "original")
-QUESTION_ROOM = 256  # cache entries set aside for the question when the buffers are first allocated
+QUESTION_ALLOWANCE = 256  # tokens a question is assumed to take when a document is read before it is asked
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ class Engine:
         self.device = model.device
         self.rotary = rotary_module(model)
         self.dynamic_frequencies = changes_with_length(self.rotary)
-        room = settings.budget + settings.chunk_size + QUESTION_ROOM + settings.max_new_tokens if policy.evicts else 0
+        room = settings.budget + settings.chunk_size + QUESTION_ALLOWANCE + settings.max_new_tokens if policy.evicts else 0
         self.cache = LocretCache(model.config.get_text_config(decoder=True).num_hidden_layers, reserved=room,
                                  step=settings.chunk_size)
         self.seen = 0  # tokens of input consumed so far

@@ -16,6 +16,8 @@ import time
 import torch
 import torch.nn.functional as F
 
+from locret_cli.bench.flops import memory_rate
+
 SMOLLM2_LINEARS = [(576, 576), (192, 576), (192, 576), (576, 576), (1536, 576), (1536, 576), (576, 1536)]
 
 
@@ -71,8 +73,7 @@ def chain() -> None:
         torch.set_num_threads(threads)
         took = seconds(step, 20)
         print(f"{threads} thread(s): {1e3 * took:.1f} ms per step, {weight_bytes / took / 1e9:.1f} GB/s of weights")
-    data = torch.ones(64 * 2**20)
-    print(f"memory read (a 256 MiB sum): {data.numel() * 4 / seconds(data.sum, 5) / 1e9:.1f} GB/s")
+    print(f"memory read (bench's 256 MiB sum): {memory_rate(torch.device('cpu')) / 1e9:.1f} GB/s")
 
 
 def sdpa() -> None:

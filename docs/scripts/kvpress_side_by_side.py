@@ -22,6 +22,7 @@ import resource
 import subprocess
 import sys
 import time
+from importlib.metadata import version
 
 SEED = 0
 
@@ -78,14 +79,7 @@ def kvpress_worker(spec: dict) -> dict:
     seconds = time.perf_counter() - started
     kept = cache.layers[0].keys.shape[2]
     return {"kept": kept, "prefill_s": seconds, "peak_rss": peak_rss_bytes(),
-            "version": f"kvpress {kvpress.__version__ if hasattr(kvpress, '__version__') else package_version()}, "
-                       f"transformers {transformers.__version__}"}
-
-
-def package_version() -> str:
-    from importlib.metadata import version
-
-    return version("kvpress")
+            "version": f"kvpress {version('kvpress')}, transformers {transformers.__version__}"}
 
 
 def run_worker(python: str, kind: str, spec: dict) -> dict:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from locret_cli.bench.tasks import TASKS
 from locret_cli.errors import LocretError
 from locret_cli.loading import resolve_device, resolve_dtype
 from locret_cli.policies import POLICY_NAMES
+from locret_cli.speed.dtype_probe import cpu_name
 
 ROW_FIELDS = ("task", "length", "policy", "accuracy", "contains_accuracy", "kv_peak_bytes", "peak_bytes",
               "prefill_tokens_per_s", "decode_tokens_per_s", "time_to_first_token_s", "skipped", "document_tokens",
@@ -172,16 +172,6 @@ def phase_rooflines(runs: list[dict], rate: float, bandwidth: float) -> dict:
     return phases
 
 
-def cpu_name() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return f"{line.split(':', 1)[1].strip()} ({os.cpu_count()} cores)"
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def resolved_config(config: BenchConfig, resolved: dict, rate: float, bandwidth: float, device: torch.device) -> dict:
     """The configuration as run: the options, the settings the model's defaults resolved them to, and the machine."""
     return {
@@ -193,7 +183,7 @@ def resolved_config(config: BenchConfig, resolved: dict, rate: float, bandwidth:
         "peak_memory_measures": resolved.get("peak_kind"),
         "matmul_flops_per_s": rate,
         "memory_bytes_per_s": bandwidth,
-        "hardware": torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name(),
+        "hardware": torch.cuda.get_device_name(device) if device.type == "cuda" else f"{cpu_name()} ({os.cpu_count()} cores)",
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "transformers": transformers.__version__,

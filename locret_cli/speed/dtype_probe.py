@@ -44,6 +44,7 @@ def machine_key() -> str:
 
 
 def cpu_name() -> str:
+    """The CPU's model name (/proc/cpuinfo), else what `platform` knows."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
