@@ -15,7 +15,7 @@ from reportlab.lib.pagesizes import A4
 from reportlab.lib.styles import getSampleStyleSheet
 from reportlab.platypus import Paragraph, SimpleDocTemplate
 
-from locret_cli.synthetic import Fact, distinct_facts, document, passkey_fact
+from locret_cli.demo_data.synthetic import Fact, distinct_facts, document, passkey_fact
 
 SEED = 2026
 PARAGRAPHS = 1300

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from locret_cli.batch.work import JobResult, error_rows
 from locret_cli.errors import LocretError
-from locret_cli.synthetic import Fact, document
+from locret_cli.demo_data.synthetic import Fact, document
 
 QUESTIONS = ["What is the gate code of the north depot?", "What is the pass key?"]
 

@@ -8,7 +8,7 @@ import torch
 
 from conftest import VOCAB
 from locret_cli.engine import Engine, Settings
-from locret_cli.synthetic import Fact
+from locret_cli.demo_data.synthetic import Fact
 from scripts.embedded.diagnose import LabelOracle, error_kind, value_type
 
 

@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 from locret_cli.cli import app
 from locret_cli.embedded import EMBEDDED_DIR, load_embedded
-from locret_cli.qa_data import document_text
-from locret_cli.synthetic import Fact
+from locret_cli.demo_data.qa_data import document_text
+from locret_cli.demo_data.synthetic import Fact
 
 runner = CliRunner()
 

@@ -8,7 +8,7 @@ from conftest import tiny_model
 from locret_cli import loading
 from locret_cli.loading import load_model, resolve_dtype
 from locret_cli.speed.dtype_probe import DtypeChoice
-from locret_cli.synthetic import distinct_facts, document, passkey_fact
+from locret_cli.demo_data.synthetic import distinct_facts, document, passkey_fact
 from locret_cli.tokenizer import TIKTOKEN_FILE, TiktokenTokenizer
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from locret_cli.qa_data import IGNORE, Example
-from locret_cli.synthetic import Fact
+from locret_cli.demo_data.qa_data import IGNORE, Example
+from locret_cli.demo_data.synthetic import Fact
 from locret_cli.tokenizer import TiktokenTokenizer
 from scripts.embedded.pretrain import answer_loss, first_asks
 from scripts.embedded.validation import validation_set

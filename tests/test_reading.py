@@ -11,7 +11,7 @@ import torch
 from locret_cli.api import load_session
 from locret_cli.engine import Settings
 from locret_cli.sources import SourceMap
-from locret_cli.synthetic import filler_sentence, passkey_fact
+from locret_cli.demo_data.synthetic import filler_sentence, passkey_fact
 from pdfs import text_pdf
 
 GATE = "The gate code of the north depot is 4821."

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import random
 
-from scripts.smollm2 import documents, heads_data, prose
+from scripts import prose
+from scripts.smollm2 import documents, heads_data
 
 PROSE = [f"Paragraph {i} explains how the graph keeps its nodes. It is plain prose, with two sentences." * 2
          for i in range(40)]

@@ -8,8 +8,8 @@ import re
 
 import string
 
-from locret_cli.qa_data import FillerPool, facts_for, fragments, qa_example, word_pieces
-from locret_cli.synthetic import (SPLIT_ATTRIBUTES, SPLIT_KINDS, SPLIT_WORDS, dev_words, english_words, novel_fact,
+from locret_cli.demo_data.qa_data import FillerPool, facts_for, fragments, qa_example, word_pieces
+from locret_cli.demo_data.synthetic import (SPLIT_ATTRIBUTES, SPLIT_KINDS, SPLIT_WORDS, dev_words, english_words, novel_fact,
                                   passkey_fact)
 from locret_cli.tokenizer import TiktokenTokenizer
 

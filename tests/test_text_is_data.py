@@ -15,8 +15,8 @@ from locret_cli.embedded import load_embedded
 from locret_cli.engine import Settings
 from locret_cli.loading import LoadedModel
 from locret_cli.prompt import build_prompt, end_of_turn_id, prompt_layout, question_text
-from locret_cli.qa_data import document_text
-from locret_cli.synthetic import Fact
+from locret_cli.demo_data.qa_data import document_text
+from locret_cli.demo_data.synthetic import Fact
 from locret_cli.tokenizer import SPECIAL_TOKENS
 from locret_cli.training.data import Record, tokenize
 

@@ -17,7 +17,7 @@ import random
 from collections import Counter
 from pathlib import Path
 
-from locret_cli.synthetic import Fact, document
+from locret_cli.demo_data.synthetic import Fact, document
 
 QUESTIONS = ["What is the gate code of the north depot?", "What is the radio channel of the river station?",
              "What is the pass key?"]

@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 from locret_cli.arch import write_random_model
-from locret_cli.synthetic import paragraphs, passkey_fact
+from locret_cli.demo_data.synthetic import paragraphs, passkey_fact
 
 
 def write_document(path: Path, tokens: int) -> None:

@@ -26,7 +26,7 @@ from locret_cli.bench.tasks import text_document
 from locret_cli.questions import load_questions
 from locret_cli.report import format_sources
 from locret_cli.saved_context import save_reading
-from locret_cli.synthetic import paragraphs
+from locret_cli.demo_data.synthetic import paragraphs
 
 
 def timed(call):

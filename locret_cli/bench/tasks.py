@@ -17,8 +17,8 @@ from pathlib import Path
 from locret_cli.documents import Document, Segment, open_document
 from locret_cli.errors import LocretError
 from locret_cli.jsonl import jsonl_records
-from locret_cli.qa_data import document_text
-from locret_cli.synthetic import novel_fact, passkey_fact
+from locret_cli.demo_data.qa_data import document_text
+from locret_cli.demo_data.synthetic import novel_fact, passkey_fact
 
 TASKS = ("needle", "facts")
 BENCH_SEED = 20_000

@@ -12,8 +12,8 @@ import torch
 
 from locret_cli.policies import Policy
 from locret_cli.prompt import build_prompt
-from locret_cli.qa_data import answer_text
-from locret_cli.synthetic import Fact
+from locret_cli.demo_data.qa_data import answer_text
+from locret_cli.demo_data.synthetic import Fact
 from locret_cli.training.labels import compute_labels
 
 VALUE_TYPES = ("pass key", "number", "name", "word")

@@ -12,7 +12,7 @@ import random
 from pathlib import Path
 
 from locret_cli.prompt import question_text
-from locret_cli.qa_data import answer_text, document_text, facts_for, word_pieces
+from locret_cli.demo_data.qa_data import answer_text, document_text, facts_for, word_pieces
 from locret_cli.tokenizer import TiktokenTokenizer
 
 

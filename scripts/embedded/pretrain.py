@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
-from locret_cli.qa_data import IGNORE, Example, FillerPool, collate, facts_for, qa_example, word_pieces
+from locret_cli.demo_data.qa_data import IGNORE, Example, FillerPool, collate, facts_for, qa_example, word_pieces
 from locret_cli.tokenizer import TIKTOKEN_FILE
 from scripts.embedded.validation import validation_set
 

@@ -12,8 +12,8 @@ import random
 
 from tokenizers import Regex, Tokenizer, models, pre_tokenizers, trainers
 
-from locret_cli.qa_data import facts_for
-from locret_cli.synthetic import paragraphs, reference_text, word_salad
+from locret_cli.demo_data.qa_data import facts_for
+from locret_cli.demo_data.synthetic import paragraphs, reference_text, word_salad
 from locret_cli.tokenizer import SPLIT_PATTERN, TiktokenTokenizer
 
 

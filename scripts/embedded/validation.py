@@ -15,8 +15,8 @@ import random
 import torch
 
 from locret_cli.prompt import build_prompt
-from locret_cli.qa_data import IGNORE, Example, answer_text, collate, document_text
-from locret_cli.synthetic import Fact, novel_fact, passkey_fact
+from locret_cli.demo_data.qa_data import IGNORE, Example, answer_text, collate, document_text
+from locret_cli.demo_data.synthetic import Fact, novel_fact, passkey_fact
 
 # Documents 50,000 + d; the dev set's are 10,000 + 97 * length + d (evaluate.DEV_SEED), 204,000 and up at its lengths.
 VALIDATION_SEED = 50_000

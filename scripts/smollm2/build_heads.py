@@ -25,7 +25,8 @@ from locret_cli.heads import HEADS_CONFIG, HEADS_WEIGHTS
 from locret_cli.loading import load_model
 from locret_cli.models.shipped import DEFAULTS_FILE, HEADS_ROOT
 from locret_cli.training import TrainConfig, train_heads
-from scripts.smollm2 import heads_data, prose
+from scripts import prose
+from scripts.smollm2 import heads_data
 
 NAME = "smollm2-135m-instruct"
 # engine settings recorded with the heads (docs/real-models.md): the model's 8,192 positions hold budget + chunk +

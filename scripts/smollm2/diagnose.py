@@ -23,7 +23,8 @@ from locret_cli.capture import capture_qkv
 from locret_cli.prompt import end_of_turn_id, prompt_layout, question_text
 from locret_cli.tokenizer import encode_text
 from locret_cli.training.labels import compute_labels
-from scripts.smollm2 import documents, heads_data, prose
+from scripts import prose
+from scripts.smollm2 import documents, heads_data
 from scripts.smollm2.evaluate import dev_documents
 
 LAYERS = (0, 5, 10, 15, 20, 25, 29)

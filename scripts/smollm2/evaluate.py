@@ -28,7 +28,8 @@ import torch
 
 from locret_cli.api import Session, load_session
 from locret_cli.heads import RetainingHeads
-from scripts.smollm2 import documents, prose
+from scripts import prose
+from scripts.smollm2 import documents
 
 FACTS_PER_LENGTH = {4000: 4, 32000: 7, 128000: 11}
 DOCUMENTS_PER_LENGTH = {4000: 6, 32000: 4, 128000: 2}

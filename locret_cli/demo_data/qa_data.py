@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from locret_cli.prompt import build_prompt
-from locret_cli.synthetic import Fact, novel_fact, paragraphs, passkey_fact, reference_text, word_salad
+from locret_cli.demo_data.synthetic import Fact, novel_fact, paragraphs, passkey_fact, reference_text, word_salad
 
 IGNORE = -100
 
