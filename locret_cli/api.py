@@ -26,6 +26,7 @@ from locret_cli.models.shipped import find_shipped
 from locret_cli.policies import Policy, make_policy
 from locret_cli.prompt import prompt_layout, stop_token_ids
 from locret_cli.reading import SOURCES_SHOWN, AskResult, DocumentInfo, Reading
+from locret_cli.rope import changes_with_length, rotary_module
 from locret_cli.sources import SourceMap
 from locret_cli.speed.packed_linear import pack_if_room
 
@@ -126,7 +127,9 @@ class Session:
         else:
             return
         hidden = self.heads.hidden if policy.name == "locret" and self.heads is not None else 0
-        plan = plan_memory(self.loaded.model, entries, settings.chunk_size, hidden)
+        keys_move = (policy.evicts and settings.positions == "compact") or changes_with_length(
+            rotary_module(self.loaded.model))
+        plan = plan_memory(self.loaded.model, entries, settings.chunk_size, hidden, keys_move)
         check_fits(plan, "--budget" if policy.evicts else
                    "the document's length (or use a policy that evicts, such as --policy locret)")
 

@@ -5,13 +5,16 @@ Each layer holds, per KV head, n entries:
     scores:       (B, kv_heads, n) float32, the eviction policy's score of each entry;
     positions:    (B, kv_heads, n) int32, the position each key is currently rotated for;
     origins:      (B, kv_heads, n) int32, the entry's token index in the whole input, which no eviction or
-                  renumbering changes (4 bytes per entry and KV head: what citations map back to pages).
+                  renumbering changes (4 bytes per entry and KV head: what citations map back to pages);
+    unrotated:    (B, kv_heads, n, head_dim), once keys first move: each key turned back to position 0. Every move
+                  turns keys from it, never from their last position, so rounding does not build up over hundreds of
+                  evictions. Entries appended since the last move get theirs at the next eviction or move.
 Heads select independently, so the same slot may hold different tokens in different heads; every head always holds
 the same number of entries, which keeps the model's attention mask valid.
 
-The five tensors are views of buffers allocated once, with room for budget + chunk + question + answer entries
+The tensors are views of buffers allocated once, with room for budget + chunk + question + answer entries
 (`LocretCache.reserve`), and written in place, as gpt-fast's static cache is: appending a decoded token copies one
-entry, not the whole cache. `LocretCache.evict` is the one place entries are dropped; it gathers all five with the
+entry, not the whole cache. `LocretCache.evict` is the one place entries are dropped; it gathers all fields with the
 same indices.
 
 A fork (`LocretCache.fork`, read once and ask many) shares its parent's buffers. The entries both hold are never
@@ -27,10 +30,11 @@ import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
 from locret_cli.errors import LocretError
-from locret_cli.rope import rerotation_angles, rotate, shift_table, turn
+from locret_cli.rope import position_cos_sin, turn
 from locret_cli.speed.profile_marks import CACHE_UPDATE, REROTATE, SELECT, mark
 
-FIELDS = ("keys", "values", "scores", "positions", "origins")
+FIELDS = ("keys", "values", "scores", "positions", "origins")  # every entry's; a saved context holds these
+UNROTATED = "unrotated"  # added once keys first move
 
 
 class Buffers:
@@ -41,7 +45,15 @@ class Buffers:
 
     def __init__(self, tensors: dict[str, torch.Tensor]):
         self.tensors, self.shared, self.tail_owner = tensors, 0, None
-        self.entry_bytes = sum(t.numel() // t.shape[2] * t.element_size() for t in tensors.values())
+        self.entry_bytes = self._entry_bytes()
+
+    def _entry_bytes(self) -> int:
+        return sum(t.numel() // t.shape[2] * t.element_size() for t in self.tensors.values())
+
+    def add(self, name: str, like: torch.Tensor) -> None:
+        """A new field shaped and typed like `like` (B, kv_heads, n[, head_dim]), as long as the others."""
+        self.tensors[name] = like.new_empty(like.shape[:2] + (self.capacity,) + like.shape[3:])
+        self.entry_bytes = self._entry_bytes()
 
     @property
     def capacity(self) -> int:
@@ -66,15 +78,27 @@ class ScoredLayer(CacheLayerMixin):
 
     is_sliding = False
     is_compileable = False
-    keys, values, scores, positions, origins = (_entries(name) for name in FIELDS)
+    keys, values, scores, positions, origins, unrotated = (_entries(name) for name in (*FIELDS, UNROTATED))
 
     def __init__(self, cache: "LocretCache"):  # CacheLayerMixin.__init__ would assign keys and values
         self.cache, self.buffers, self.length, self.is_initialized = cache, None, 0, False
+        self.anchored = 0  # the first `anchored` entries have their unrotated key
         self.staged_positions = self.staged_origins = self.staged_scores = None
 
     def tensors(self) -> dict[str, torch.Tensor]:
-        """The five per-entry tensors by name (empty before the first update)."""
-        return {} if self.buffers is None else {name: getattr(self, name) for name in FIELDS}
+        """Every per-entry tensor by name (empty before the first update)."""
+        return {} if self.buffers is None else {name: getattr(self, name) for name in self.buffers.tensors}
+
+    def anchor(self, frequencies: torch.Tensor) -> torch.Tensor:
+        """Give every entry its unrotated key, turning back those appended since the last call with `frequencies`
+        (rotary_dim / 2,), the ones they were rotated with; returns them all (B, kv_heads, n, head_dim)."""
+        if self.anchored < self.length:
+            cos, sin = position_cos_sin(self.positions[:, :, self.anchored:], frequencies)
+            fresh = turn(self.keys[:, :, self.anchored:], cos, -sin)
+            done = self.unrotated[:, :, : self.anchored] if self.anchored else fresh[:, :, :0]
+            self.set(UNROTATED, torch.cat((done, fresh), dim=2))
+            self.anchored = self.length
+        return self.unrotated
 
     def nbytes(self) -> int:
         """Bytes of the entries held (the room reserved past them is not counted)."""
@@ -125,16 +149,20 @@ class ScoredLayer(CacheLayerMixin):
 
     def load(self, tensors: dict[str, torch.Tensor]) -> None:
         """Hold exactly `tensors` (the five, as `tensors()` returns them): a saved context's entries."""
-        self.length = tensors["keys"].shape[2]
+        self.length, self.anchored = tensors["keys"].shape[2], 0
         self.buffers = Buffers.allocate(tensors, self.cache.room_for(self.length, 0))
         self.is_initialized = True
         self._write_front(tensors)
 
     def keep(self, keep: torch.Tensor) -> None:
-        """Keep only entries `keep` (B, kv_heads, k), in that order (gathered first, then written over the front)."""
+        """Keep only entries `keep` (B, kv_heads, k), in that order (gathered first, then written over the front).
+        Once keys have moved, the entries appended since get their unrotated keys first."""
+        if self.anchored:
+            self.anchor(self.cache.frequencies)
         gathered = {name: t.gather(2, keep if t.dim() == 3 else keep.unsqueeze(-1).expand(-1, -1, -1, t.shape[-1]))
                     for name, t in self.tensors().items()}
         self.length = keep.shape[-1]
+        self.anchored = min(self.anchored, self.length)
         self._write_front(gathered)
 
     def set(self, name: str, tensor: torch.Tensor) -> None:
@@ -146,6 +174,8 @@ class ScoredLayer(CacheLayerMixin):
         if self.buffers.shared > 0:
             self._private_copy(self.buffers.capacity)
         for name, t in tensors.items():
+            if name not in self.buffers.tensors:
+                self.buffers.add(name, t)
             self.buffers.tensors[name][:, :, : self.length] = t
 
     def _own_tail(self, needed: int) -> None:
@@ -234,27 +264,18 @@ class LocretCache(Cache):
             self.layers[layer_idx].keep(keep)
 
     def move_keys(self, new_positions: torch.Tensor | None, new_frequencies: torch.Tensor) -> None:
-        """Re-rotate every cached key to `new_positions` (B, kv_heads, n) under `new_frequencies`.
+        """Rotate every cached key for `new_positions` (B, kv_heads, n) under `new_frequencies`, turning it from its
+        unrotated key (so its error is the same after one move or a thousand).
 
-        new_positions None keeps each entry's position (a frequency switch only). Renumbering under unchanged
-        frequencies reads cos and sin from one `shift_table` for all layers; the result is the same to the bit.
+        new_positions None keeps each entry's position (a frequency switch only).
         """
         with mark(REROTATE):
             layers = [layer for layer in self.layers if layer.length > 0]
-            if new_positions is None or not torch.equal(self.frequencies, new_frequencies):
-                for layer in layers:
-                    target = layer.positions if new_positions is None else new_positions.to(layer.positions)
-                    angles = rerotation_angles(layer.positions, target, self.frequencies, new_frequencies)
-                    layer.set("keys", rotate(layer.keys, angles.to(layer.keys.device)))
-                    layer.set("positions", target)
-            elif layers:
-                target = new_positions.to(layers[0].positions)
-                shifts = [target - layer.positions for layer in layers]
-                low, high = min(int(s.min()) for s in shifts), max(int(s.max()) for s in shifts)
-                cos, sin = shift_table(low, high, new_frequencies.to(target.device))
-                for layer, shift in zip(layers, shifts):
-                    if bool(shift.any()):
-                        index = (shift - low).long()
-                        layer.set("keys", turn(layer.keys, cos[index], sin[index]))
-                        layer.set("positions", target)
+            shared = None if new_positions is None else position_cos_sin(new_positions, new_frequencies)
+            for layer in layers:
+                unrotated = layer.anchor(self.frequencies)
+                target = layer.positions if new_positions is None else new_positions.to(layer.positions)
+                cos, sin = shared or position_cos_sin(target, new_frequencies)
+                layer.set("keys", turn(unrotated, cos.to(unrotated.device), sin.to(unrotated.device)))
+                layer.set("positions", target)
             self.frequencies = new_frequencies

@@ -1,10 +1,12 @@
 """Moving cached keys to new positions without recomputing them.
 
 Cached keys are stored already rotated: k_p = s · R(p·f) k, where f is the model's current inverse-frequency vector
-and s its attention scaling. Rotating k_p by the angle (p'·f' − p·f) gives s · R(p'·f') k, exactly what the model
-would have stored for position p' under frequencies f'. That one identity covers compact renumbering (p -> p', same f)
-and longrope / dynamic-NTK frequency switches (same p, f -> f'). The frequencies come from the model's own rotary
-module, so Llama 3 scaling, linear, YaRN and longrope factors are whatever transformers computes for the model.
+and s its attention scaling. Turning k_p back by p·f gives s · k, which no position or frequency changes; turning
+that forward by p'·f' gives s · R(p'·f') k, exactly what the model would have stored for position p' under
+frequencies f'. That covers compact renumbering (p -> p', same f) and longrope / dynamic-NTK frequency switches
+(same p, f -> f'). The cache keeps s · k once a key first moves and turns every later move from it, so a key's
+error does not grow with the number of moves (docs/engine.md, "No drift"). The frequencies come from the model's own
+rotary module, so Llama 3 scaling, linear, YaRN and longrope factors are whatever transformers computes for the model.
 """
 
 from __future__ import annotations
@@ -55,15 +57,20 @@ def frequencies_for(rotary: torch.nn.Module, position_ids: torch.Tensor) -> torc
     return rotary.inv_freq.detach().float().clone()
 
 
-def rotate(keys: torch.Tensor, angles: torch.Tensor) -> torch.Tensor:
-    """Rotate rotated keys further by `angles` (B, H, n, rotary_dim / 2), float64 or float32: `turn` by their cos and
-    sin, taken in the angles' dtype."""
-    return turn(keys, angles.cos().float(), angles.sin().float())
+def position_cos_sin(positions: torch.Tensor, freq: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin, (*positions.shape, rotary_dim / 2) float32, of the angles positions · freq.
+
+    Each angle and its cos are taken in float64, once per distinct position: positions reach 10⁶, and float32 angles
+    that large would be off by a good fraction of a radian.
+    """
+    distinct, index = torch.unique(positions, return_inverse=True)
+    angles = distinct.double()[:, None] * freq.double().to(distinct.device)
+    return angles.cos().float()[index], angles.sin().float()[index]
 
 
 def turn(keys: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate keys (B, H, n, head_dim), any float dtype, by the angles whose cos and sin (B, H, n, rotary_dim / 2)
-    float32 are given, in the rotate-half layout the supported families use.
+    float32 are given, in the rotate-half layout the supported families use; -sin turns them back.
 
     Only the first rotary_dim channels turn (partial rotary); the rest pass through. The turn runs in float32 on each
     half and is cast back once. Returns a tensor shaped and typed like `keys`.
@@ -72,27 +79,3 @@ def turn(keys: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     first, second = keys[..., :half].float(), keys[..., half:2 * half].float()
     turned = (first * cos - second * sin, second * cos + first * sin)
     return torch.cat((*(t.to(keys.dtype) for t in turned), keys[..., 2 * half:]), dim=-1)
-
-
-def shift_table(low: int, high: int, freq: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin, (high - low + 1, rotary_dim / 2) float32, of every integer position shift low..high times `freq`.
-
-    Row s - low holds exactly what `rotate(keys, rerotation_angles(...))` computes for a shift of s under unchanged
-    frequencies (the product and the cos in float64, then float32). A compact eviction's shifts span at most
-    budget + chunk values, so one table serves every layer and head instead of one cos per key and frequency.
-    """
-    angles = torch.arange(low, high + 1, dtype=torch.float64, device=freq.device)[:, None] * freq.double()
-    return angles.cos().float(), angles.sin().float()
-
-
-def rerotation_angles(
-    old_positions: torch.Tensor, new_positions: torch.Tensor, old_freq: torch.Tensor, new_freq: torch.Tensor
-) -> torch.Tensor:
-    """Angles taking keys from (old_positions, old_freq) to (new_positions, new_freq).
-
-    positions: (B, H, n) integer; freq: (rotary_dim / 2,). Returns (B, H, n, rotary_dim / 2) float64: positions reach
-    10⁶, and float32 angles that large would be off by a good fraction of a radian.
-    """
-    if torch.equal(old_freq, new_freq):
-        return (new_positions - old_positions).double()[..., None] * new_freq.double()
-    return new_positions.double()[..., None] * new_freq.double() - old_positions.double()[..., None] * old_freq.double()

@@ -32,7 +32,7 @@ from locret_cli.sources import SourceMap
 
 FORMAT, VERSION = "locret-context", 1
 SUFFIX = ".locret"
-LAYER_TENSORS = FIELDS  # what each layer saves: all of its entries' fields
+LAYER_TENSORS = FIELDS  # what each layer saves; unrotated keys are turned back again if the loaded keys ever move
 UNIT_TENSORS = ("starts", "first", "last")
 
 
@@ -61,8 +61,8 @@ def save_reading(reading: Reading, path: str | Path, heads=None, force: bool = F
     temporary file first, so a failed write leaves nothing half-written."""
     path = check_output(path, force)
     engine = reading.engine
-    tensors = {f"layers.{i}.{name}": t.contiguous().cpu()
-               for i, layer in enumerate(engine.cache.layers) for name, t in layer.tensors().items()}
+    tensors = {f"layers.{i}.{name}": getattr(layer, name).contiguous().cpu()
+               for i, layer in enumerate(engine.cache.layers) for name in LAYER_TENSORS}
     tensors["frequencies"] = engine.cache.frequencies.contiguous().cpu()
     for name in UNIT_TENSORS:
         tensors[f"units.{name}"] = torch.tensor(getattr(reading.source_map, name), dtype=torch.int64)

@@ -31,11 +31,13 @@ def tiny_session(policy="streaming") -> Session:
     return Session(LoadedModel(tiny_model("llama"), byte_tokenizer(), "tiny llama", {}), None, policy)
 
 
-def test_the_estimated_cache_is_what_the_engine_holds_at_its_peak(doc):
+@pytest.mark.parametrize("positions", ["compact", "original"])
+def test_the_estimated_cache_is_what_the_engine_holds_at_its_peak(doc, positions):
+    """Compact positions move keys, and moved keys keep their unrotated copy; original positions never move them."""
     session = tiny_session()
     result = session.ask(str(doc), "What is the gate code?", Settings(budget=64, chunk_size=32, stabilizers=8,
-                                                                    max_new_tokens=3))
-    plan = plan_memory(session.loaded.model, result.cache_peak_tokens, 32)
+                                                                    max_new_tokens=3, positions=positions))
+    plan = plan_memory(session.loaded.model, result.cache_peak_tokens, 32, keys_move=positions == "compact")
     assert plan.cache_bytes == result.cache_peak_bytes
     assert plan.activation_bytes > 0 and plan.available_bytes > 0
 
@@ -56,7 +58,7 @@ def test_a_full_cache_is_estimated_from_the_text_files_size(doc, monkeypatch):
         session.ask(str(doc), "What is the gate code?", Settings(max_new_tokens=2))
 
 
-@pytest.mark.parametrize("option, value, named", [("--budget", 10**9, "--budget"), ("--chunk-size", 10**7,
+@pytest.mark.parametrize("option, value, named", [("--budget", 10**9, "--budget"), ("--chunk-size", 3 * 10**6,
                                                                                        "--chunk-size")])
 def test_the_cli_names_the_setting_to_lower_in_one_line(doc, option, value, named):
     result = runner.invoke(app, ["ask", str(doc), "What is the gate code?", option, str(value), "-q"])
