@@ -84,7 +84,12 @@ def document_text(tokenizer, rng: random.Random, tokens: int, facts: list[Fact],
     while count < room:
         blocks.append(filler_block(rng, reference, paragraph_count=3, characters=1500, words=120))
         count += len(tokenizer.encode(blocks[-1])) + 1
-    filler = tokenizer.decode(tokenizer.encode("\n\n".join(blocks))[:room])
+    return place_facts(tokenizer.decode(tokenizer.encode("\n\n".join(blocks))[:room]), facts, rng, depths)
+
+
+def place_facts(filler: str, facts: list[Fact], rng: random.Random, depths: list[float] | None = None) -> str:
+    """`filler` with each fact's statement inserted at a paragraph or sentence boundary: random ones, or the
+    nearest to `depths` (one per fact, 0 = start, 1 = end)."""
     boundaries = [0, len(filler)] + [m.end() for m in re.finditer(r"\n\n|(?<=\.) ", filler)]
     if depths is None:
         places = [rng.choice(boundaries) for _ in facts]

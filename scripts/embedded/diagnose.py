@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 
 import torch
 
@@ -81,3 +81,37 @@ def type_table(rows: list[tuple[str, int, str, str]]) -> str:
                 cells = " | ".join(f"{counts[(policy, length, kind, e)]}/{total}" for e in ERRORS)
                 lines.append(f"| {policy} | {length:,} | {kind} | {cells} |")
     return "\n".join(lines)
+
+
+def kept_share(cache, first: int, last: int) -> float:
+    """The share of entries for token indices [first, last) that the cache holds, over every layer and KV head."""
+    held = [((layer.origins >= first) & (layer.origins < last)).sum(-1).float() for layer in cache.layers]
+    return (torch.stack(held).mean() / (last - first)).item()
+
+
+DEPTHS = (0.2, 0.4, 0.6, 0.8, 1.0)
+KEPT = ((0.999, "whole"), (0.9, "90% or more"), (0.5, "50-90%"), (0.0, "less than half"))
+
+
+def _share_table(rows, column: str, bins: list[str], bin_of) -> str:
+    """Markdown: right/asked per (policy, length) and bin, from (policy, length, value, correct) rows."""
+    cells = defaultdict(list)
+    for policy, length, value, correct in rows:
+        cells[(policy, length, bin_of(value))].append(correct)
+    lines = [f"| policy | document tokens | {column}: " + " | ".join(bins) + " |", "|---|---:|" + "---:|" * len(bins)]
+    for policy, length in sorted({(p, n) for p, n, _, _ in rows}, key=lambda x: (x[1], x[0])):
+        counts = [cells[(policy, length, b)] for b in bins]
+        lines.append(f"| {policy} | {length:,} | " + " | ".join(f"{sum(c)}/{len(c)}" if c else "-" for c in counts) + " |")
+    return "\n".join(lines)
+
+
+def depth_table(rows: list[tuple[str, int, float, bool]]) -> str:
+    """Right answers by the fact's depth in fifths of the document."""
+    bins = [f"{round(100 * (d - 0.2))}-{round(100 * d)}%" for d in DEPTHS]
+    return _share_table(rows, "depth", bins, lambda depth: bins[min(4, int(depth * 5))])
+
+
+def kept_table(rows: list[tuple[str, int, float, bool]]) -> str:
+    """Right answers by how much of the fact's statement the cache held when the question came."""
+    bins = [name for _, name in KEPT]
+    return _share_table(rows, "statement kept", bins, lambda kept: next(name for low, name in KEPT if kept >= low))

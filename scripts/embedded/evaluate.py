@@ -1,14 +1,16 @@
 """Exact-match accuracy of a model on dev documents: held-out vocabulary, seeds training never used.
 
-Each document holds one pass key and (by default) four attribute facts at random depths, in filler mixing template prose, the
-held-out part of the reference text and word salad. The document is read once per policy (`Session.read`); each
+Each document holds one pass key and (by default) four attribute facts at random depths, in filler mixing template
+prose, the held-out part of the reference text and word salad, or with `--filler prose` in real prose from Python
+packages training never read (`scripts/prose.py`'s DEV_PACKAGES; the same facts, seed for seed). The document is read once per policy (`Session.read`); each
 question is then answered on a fork of its cache (eviction does not depend on the question).
 
     python -m scripts.embedded.evaluate --model runs/embedded/model --heads runs/embedded/heads \\
         --lengths 2000:full,32000,128000 --policies locret,streaming --documents 10
 
 `--by-type` adds a table of errors by answer type and `--answers` lists every answer beside the expected one; the
-`oracle` policy scores entries with their training labels (scripts/embedded/diagnose.py).
+`oracle` policy scores entries with their training labels (scripts/embedded/diagnose.py). Two more tables split the
+outcomes by the fact's depth and by how much of its statement eviction kept (`kept_share`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import random
 import time
 from collections import defaultdict
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -27,9 +30,12 @@ from locret_cli.engine import Settings
 from locret_cli.heads import RetainingHeads, load_heads
 from locret_cli.loading import load_model
 from locret_cli.prompt import prompt_layout
+from locret_cli.tokenizer import encode_text_with_offsets
+from scripts import prose
 from scripts.build_embedded import DEFAULTS
-from scripts.embedded.diagnose import error_kind, label_oracle, type_table, value_type
-from scripts.embedded.validation import dev_document
+from scripts.embedded.diagnose import depth_table, error_kind, kept_share, kept_table, label_oracle, type_table, \
+    value_type
+from scripts.embedded.validation import dev_document, prose_document
 
 DEV_SEED = 10_000
 
@@ -44,30 +50,55 @@ class Outcome:
     expected: str
     value_type: str
     error: str
+    depth: float  # where the statement starts, 0 = the document's start, 1 = its end
+    kept: float  # the share of the statement's entries in the cache when the question came (kept_share)
 
 
 def evaluate(loaded, heads, lengths: list[tuple[int, str | None]], policies: list[str], documents: int,
-             settings: Settings, log, attributes: int = 4, passkey: bool = True) -> list[Outcome]:
+             settings: Settings, log, attributes: int = 4, passkey: bool = True,
+             paragraphs: list[str] | None = None) -> list[Outcome]:
+    """Read each document once per policy and ask every fact's question on a fork; `paragraphs` (real prose) replace
+    the generated filler."""
     tokenizer, model = loaded.tokenizer, loaded.model
     outcomes = []
     for length, only in lengths:
         for d in range(documents):
-            facts, text = dev_document(tokenizer, random.Random(DEV_SEED + 97 * length + d), length, attributes,
-                                       passkey)
+            rng = random.Random(DEV_SEED + 97 * length + d)
+            facts, text = (prose_document(tokenizer, rng, length, paragraphs, attributes, passkey) if paragraphs
+                           else dev_document(tokenizer, rng, length, attributes, passkey))
             prefix = prompt_layout(tokenizer).head_ids
+            spans, tokens = statement_spans(tokenizer, len(prefix), text, facts)
             for policy_name in ([only] if only else policies):
                 started = time.perf_counter()
                 session = Session(loaded, heads, policy_name)
                 oracle = label_oracle(model, tokenizer, prefix, text, facts) if policy_name == "oracle" else None
                 reading = session.read(text_document(text), settings, force=True, policy=oracle)
-                for fact in facts:
+                if reading.engine.document_tokens != tokens:
+                    raise SystemExit(f"the read counted {reading.engine.document_tokens} tokens, not {tokens}")
+                for fact, (first, last) in zip(facts, spans):
                     answer = reading.ask(fact.question, sources=0).answer
+                    depth = (first - len(prefix)) / max(1, reading.engine.document_tokens - len(prefix))
                     outcomes.append(Outcome(policy_name, length, fact.kind, answer == fact.reply, answer, fact.reply,
-                                            value_type(fact), error_kind(answer, fact, facts)))
+                                            value_type(fact), error_kind(answer, fact, facts), depth,
+                                            kept_share(reading.engine.cache, first, last)))
                 log(f"{policy_name} length {length} document {d}: {reading.engine.document_tokens} tokens, "
                     f"{sum(o.correct for o in outcomes[-len(facts):])}/{len(facts)} right, "
                     f"{time.perf_counter() - started:.1f} s")
     return outcomes
+
+
+def statement_spans(tokenizer, prefix_tokens: int, text: str, facts) -> tuple[list[tuple[int, int]], int]:
+    """Each fact's statement as token indices [first, last) of the reading's input (the prompt's head, then `text`,
+    tokenized whole: `evaluate` checks that the chunked read counted as many), and the input's length."""
+    ids, offsets = encode_text_with_offsets(tokenizer, text)
+    spans = []
+    for fact in facts:
+        start = text.index(fact.statement)
+        end = start + len(fact.statement)
+        first = max(i for i, at in enumerate(offsets) if at <= start)
+        last = next((i for i, at in enumerate(offsets) if at >= end), len(ids))
+        spans.append((prefix_tokens + first, prefix_tokens + last))
+    return spans, prefix_tokens + len(ids)
 
 
 def table(outcomes: list[Outcome]) -> str:
@@ -113,6 +144,10 @@ def main() -> None:
     parser.add_argument("--no-passkey", action="store_true",
                         help="attribute facts only: the answer must come from matching the question, not its kind")
     parser.add_argument("--answers", action="store_true", help="also list every expected answer and the model's")
+    parser.add_argument("--filler", choices=("generated", "prose"), default="generated",
+                        help="prose: real prose from packages training never read (scripts/prose.py)")
+    parser.add_argument("--prose-packages", type=Path,
+                        help="a `pip install --target` folder holding the prose packages not installed (prose.py)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     loaded = load_model(args.model, device=args.device, dtype="auto")
@@ -120,10 +155,13 @@ def main() -> None:
     settings = Settings(budget=args.budget, chunk_size=args.chunk_size, stabilizers=args.stabilizers,
                         score_pool=args.score_pool, max_new_tokens=DEFAULTS["max_new_tokens"])
     outcomes = evaluate(loaded, heads, parse_lengths(args.lengths), args.policies.split(","), args.documents,
-                        settings, lambda m: print(m, flush=True), args.attributes, not args.no_passkey)
+                        settings, lambda m: print(m, flush=True), args.attributes, not args.no_passkey,
+                        prose.paragraphs(prose.DEV_PACKAGES, args.prose_packages) if args.filler == "prose" else None)
     print(f"\nbudget {args.budget}, chunk {args.chunk_size}, stabilizers {args.stabilizers}, "
-          f"score pool {args.score_pool}, heads {args.heads or 'random'}\n")
+          f"score pool {args.score_pool}, heads {args.heads or 'random'}, filler {args.filler}\n")
     print(table(outcomes))
+    print("\n" + depth_table([(o.policy, o.length, o.depth, o.correct) for o in outcomes]))
+    print("\n" + kept_table([(o.policy, o.length, o.kept, o.correct) for o in outcomes]))
     if args.by_type:
         print("\n" + type_table([(o.policy, o.length, o.value_type, o.error) for o in outcomes]))
     if args.answers:

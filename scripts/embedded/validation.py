@@ -15,7 +15,7 @@ import random
 import torch
 
 from locret_cli.prompt import build_prompt
-from locret_cli.demo_data.qa_data import IGNORE, Example, answer_text, collate, document_text
+from locret_cli.demo_data.qa_data import IGNORE, Example, answer_text, collate, document_text, place_facts
 from locret_cli.demo_data.synthetic import Fact, novel_fact, passkey_fact
 
 # Documents 50,000 + d; the dev set's are 10,000 + 97 * length + d (evaluate.DEV_SEED), 204,000 and up at its lengths.
@@ -26,10 +26,28 @@ def dev_document(tokenizer, rng: random.Random, length: int, attributes: int = 4
                  passkey: bool = True) -> tuple[list[Fact], str]:
     """A dev-style document of about `length` tokens: held-out vocabulary and reference text, a pass key (unless
     `passkey` is off) and `attributes` attribute facts at random depths. Returns (facts, text)."""
+    facts = dev_facts(rng, attributes, passkey)
+    return facts, document_text(tokenizer, rng, length, facts, "dev")
+
+
+def dev_facts(rng: random.Random, attributes: int, passkey: bool) -> list[Fact]:
     key = passkey_fact(rng)  # drawn either way, so the attribute facts are the same with or without it
     facts = ([key] if passkey else []) + [novel_fact(rng, "dev") for _ in range(attributes)]
-    facts = list({f.question: f for f in facts}.values())
-    return facts, document_text(tokenizer, rng, length, facts, "dev")
+    return list({f.question: f for f in facts}.values())
+
+
+def prose_document(tokenizer, rng: random.Random, length: int, paragraphs: list[str], attributes: int = 4,
+                   passkey: bool = True) -> tuple[list[Fact], str]:
+    """`dev_document`'s facts (the same ones, seed for seed) in filler of real prose: `paragraphs` drawn at random
+    (`scripts/prose.py`, packages training never read), cut to about `length` tokens. Returns (facts, text)."""
+    facts = dev_facts(rng, attributes, passkey)
+    room = max(1, length - sum(len(tokenizer.encode(" " + f.statement)) for f in facts))
+    chosen, count = [], 0
+    while count < room:
+        chosen.append(rng.choice(paragraphs))
+        count += len(tokenizer.encode(chosen[-1])) + 1
+    filler = tokenizer.decode(tokenizer.encode("\n\n".join(chosen))[:room])
+    return facts, place_facts(filler, facts, rng)
 
 
 def validation_set(tokenizer, documents: int, length: int = 2000) -> list[tuple[torch.Tensor, torch.Tensor]]:
