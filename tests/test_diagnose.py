@@ -9,7 +9,8 @@ import torch
 from conftest import VOCAB
 from locret_cli.engine import Engine, Settings
 from locret_cli.demo_data.synthetic import Fact
-from scripts.embedded.diagnose import LabelOracle, error_kind, value_type
+from locret_cli.cache import LocretCache
+from scripts.embedded.diagnose import LabelOracle, depth_table, error_kind, kept_share, kept_table, value_type
 
 
 def fact(answer: str, kind: str = "attribute") -> Fact:
@@ -45,3 +46,21 @@ def test_answers_are_classified_by_type_and_error():
     assert error_kind("The x of y is lantern.", facts[1], facts) == "another fact's value"
     assert error_kind("The x of y is 90.", facts[1], facts) == "garbled copy"
     assert error_kind("The x of y is juniper.", facts[3], facts) == "other"
+
+
+def test_kept_share_counts_a_statements_entries_over_every_layer_and_head():
+    cache = LocretCache(2, reserved=8)
+    for layer in cache.layers:
+        cache.stage(torch.arange(8), torch.arange(8))
+        layer.update(torch.zeros(1, 2, 8, 4), torch.zeros(1, 2, 8, 4))
+    cache.evict(0, torch.tensor([[[2, 3, 4, 5], [0, 1, 6, 7]]]))  # layer 0: head 0 keeps tokens 2-5, head 1 none
+    cache.evict(1, torch.tensor([[[0, 2, 4, 6], [1, 3, 5, 7]]]))  # layer 1: each head keeps 2 of 2..5
+    assert kept_share(cache, 2, 6) == (4 + 0 + 2 + 2) / (4 * 4)
+    assert kept_share(cache, 0, 8) == 0.5
+
+
+def test_depth_and_kept_tables_bin_outcomes():
+    rows = [("locret", 1000, 0.05, True), ("locret", 1000, 0.19, False), ("locret", 1000, 0.99, True)]
+    assert "| locret | 1,000 | 1/2 | - | - | - | 1/1 |" in depth_table(rows)
+    kept = [("locret", 1000, 1.0, True), ("locret", 1000, 0.6, False), ("locret", 1000, 0.1, False)]
+    assert "| locret | 1,000 | 1/1 | 0/1 | - | 0/1 |" in kept_table(kept)

@@ -8,10 +8,11 @@ import re
 
 import string
 
-from locret_cli.demo_data.qa_data import FillerPool, facts_for, fragments, qa_example, word_pieces
+from locret_cli.demo_data.qa_data import FillerPool, facts_for, fragments, prose_text, qa_example, word_pieces
 from locret_cli.demo_data.synthetic import (SPLIT_ATTRIBUTES, SPLIT_KINDS, SPLIT_WORDS, dev_words, english_words, novel_fact,
                                   passkey_fact)
 from locret_cli.tokenizer import TiktokenTokenizer
+from scripts.embedded.validation import OFF_FORM_QUESTIONS, absent_questions
 
 # Pieces that join into dev words ("kennel", "biscuit") or are dev words ("market"): never allowed out whole.
 RISKY_PIECES = ("ken", "nel", "bis", "cuit", "market", "ab", "c", "o")
@@ -96,3 +97,27 @@ def test_fragmented_documents_keep_every_statement_whole():
     assert all(f.statement in text for f in facts)
     assert "harbour and the mill" in tokenizer.decode(whole.input_ids) and text != tokenizer.decode(whole.input_ids)
     assert abs(len(cut.input_ids) - len(whole.input_ids)) < 60
+
+
+def test_prose_documents_hold_every_fact_in_the_given_paragraphs_only():
+    tokenizer = TiktokenTokenizer.byte_level()
+    paragraphs = [f"Paragraph {n} explains how the solver converges. It stops when the error is small." for n in
+                  range(30)]
+    facts = facts_for(random.Random(2), "train", 4, 1.0)
+    text = prose_text(tokenizer, random.Random(7), 900, facts, paragraphs)
+    assert text == prose_text(tokenizer, random.Random(7), 900, facts, paragraphs)  # seeded
+    assert all(text.count(f.statement) == 1 for f in facts)
+    for fact in facts:
+        text = text.replace(fact.statement, "")
+    pieces = [re.sub(" +", " ", p).strip() for p in text.split("\n\n") if p.strip()]
+    assert all(p in "\n\n".join(paragraphs) for p in pieces[:-1])  # only the last may be cut short
+    assert 850 <= len(tokenizer.encode(prose_text(tokenizer, random.Random(7), 900, facts, paragraphs))) <= 920
+
+
+def test_absent_questions_never_ask_what_the_document_states():
+    rng = random.Random(4)
+    facts = [novel_fact(rng, "dev") for _ in range(40)] + [passkey_fact(rng)]
+    questions = absent_questions(random.Random(9), facts, 30)
+    assert len(questions) == 30 and not {f.question for f in facts} & set(questions)
+    assert all(q in OFF_FORM_QUESTIONS for q in questions[1::2])
+    assert all(re.fullmatch(r"What is the .+ of .+\?", q) for q in questions[::2])

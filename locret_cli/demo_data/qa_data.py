@@ -87,6 +87,17 @@ def document_text(tokenizer, rng: random.Random, tokens: int, facts: list[Fact],
     return place_facts(tokenizer.decode(tokenizer.encode("\n\n".join(blocks))[:room]), facts, rng, depths)
 
 
+def prose_text(tokenizer, rng: random.Random, tokens: int, facts: list[Fact], paragraphs: Sequence[str]) -> str:
+    """`document_text` with filler of real prose: `paragraphs` drawn at random, cut to about `tokens` tokens with
+    the facts, each fact at a random paragraph or sentence boundary."""
+    room = max(1, tokens - sum(len(tokenizer.encode(" " + f.statement)) for f in facts))
+    chosen, count = [], 0
+    while count < room:
+        chosen.append(rng.choice(paragraphs))
+        count += len(tokenizer.encode(chosen[-1])) + 1
+    return place_facts(tokenizer.decode(tokenizer.encode("\n\n".join(chosen))[:room]), facts, rng)
+
+
 def place_facts(filler: str, facts: list[Fact], rng: random.Random, depths: list[float] | None = None) -> str:
     """`filler` with each fact's statement inserted at a paragraph or sentence boundary: random ones, or the
     nearest to `depths` (one per fact, 0 = start, 1 = end)."""

@@ -44,6 +44,9 @@ NAMES = ["Amara", "Tobias", "Ingrid", "Kwame", "Lucia", "Dmitri", "Saoirse", "Hi
 WORDS = ["lantern", "granite", "meadow", "falcon", "cobalt", "harvest", "juniper", "anchor", "velvet", "thunder"]
 
 
+NOT_STATED = "The document does not say."  # the answer to a question no statement in the document matches
+
+
 @dataclass(frozen=True)
 class Fact:
     """A statement hidden in a document, the question that asks for it, and the exact answer."""

@@ -90,7 +90,7 @@ def kept_share(cache, first: int, last: int) -> float:
 
 
 DEPTHS = (0.2, 0.4, 0.6, 0.8, 1.0)
-KEPT = ((0.999, "whole"), (0.9, "90% or more"), (0.5, "50-90%"), (0.0, "less than half"))
+KEPT = ((0.75, "75% or more"), (0.5, "50-75%"), (0.25, "25-50%"), (0.0, "less than 25%"))
 
 
 def _share_table(rows, column: str, bins: list[str], bin_of) -> str:

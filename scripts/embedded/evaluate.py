@@ -29,15 +29,17 @@ from locret_cli.bench.tasks import text_document
 from locret_cli.engine import Settings
 from locret_cli.heads import RetainingHeads, load_heads
 from locret_cli.loading import load_model
+from locret_cli.demo_data.synthetic import NOT_STATED
 from locret_cli.prompt import prompt_layout
-from locret_cli.tokenizer import encode_text_with_offsets
+from locret_cli.documents import token_chunks
 from scripts import prose
 from scripts.build_embedded import DEFAULTS
 from scripts.embedded.diagnose import depth_table, error_kind, kept_share, kept_table, label_oracle, type_table, \
     value_type
-from scripts.embedded.validation import dev_document, prose_document
+from scripts.embedded.validation import absent_questions, dev_document, prose_document
 
 DEV_SEED = 10_000
+ABSENT_SEED = 30_000  # the unanswerable questions' own stream, so the documents stay as they were
 
 
 @dataclass
@@ -56,9 +58,10 @@ class Outcome:
 
 def evaluate(loaded, heads, lengths: list[tuple[int, str | None]], policies: list[str], documents: int,
              settings: Settings, log, attributes: int = 4, passkey: bool = True,
-             paragraphs: list[str] | None = None) -> list[Outcome]:
-    """Read each document once per policy and ask every fact's question on a fork; `paragraphs` (real prose) replace
-    the generated filler."""
+             paragraphs: list[str] | None = None, unanswerable: int = 0) -> list[Outcome]:
+    """Read each document once per policy and ask every fact's question on a fork, then `unanswerable` questions
+    the document does not answer (kind "absent": right only when answered NOT_STATED); `paragraphs` (real prose)
+    replace the generated filler."""
     tokenizer, model = loaded.tokenizer, loaded.model
     outcomes = []
     for length, only in lengths:
@@ -67,38 +70,42 @@ def evaluate(loaded, heads, lengths: list[tuple[int, str | None]], policies: lis
             facts, text = (prose_document(tokenizer, rng, length, paragraphs, attributes, passkey) if paragraphs
                            else dev_document(tokenizer, rng, length, attributes, passkey))
             prefix = prompt_layout(tokenizer).head_ids
-            spans, tokens = statement_spans(tokenizer, len(prefix), text, facts)
+            spans = statement_spans(tokenizer, prefix, text, facts, settings.chunk_size)
             for policy_name in ([only] if only else policies):
                 started = time.perf_counter()
                 session = Session(loaded, heads, policy_name)
                 oracle = label_oracle(model, tokenizer, prefix, text, facts) if policy_name == "oracle" else None
                 reading = session.read(text_document(text), settings, force=True, policy=oracle)
-                if reading.engine.document_tokens != tokens:
-                    raise SystemExit(f"the read counted {reading.engine.document_tokens} tokens, not {tokens}")
                 for fact, (first, last) in zip(facts, spans):
                     answer = reading.ask(fact.question, sources=0).answer
                     depth = (first - len(prefix)) / max(1, reading.engine.document_tokens - len(prefix))
                     outcomes.append(Outcome(policy_name, length, fact.kind, answer == fact.reply, answer, fact.reply,
                                             value_type(fact), error_kind(answer, fact, facts), depth,
                                             kept_share(reading.engine.cache, first, last)))
+                right = sum(o.correct for o in outcomes[-len(facts):])
+                absent = random.Random(ABSENT_SEED + 97 * length + d)
+                for question in absent_questions(absent, facts, unanswerable):
+                    answer = reading.ask(question, sources=0).answer
+                    outcomes.append(Outcome(policy_name, length, "absent", answer == NOT_STATED, answer, NOT_STATED,
+                                            "absent", "right" if answer == NOT_STATED else "false answer", 0.0, 0.0))
                 log(f"{policy_name} length {length} document {d}: {reading.engine.document_tokens} tokens, "
-                    f"{sum(o.correct for o in outcomes[-len(facts):])}/{len(facts)} right, "
+                    f"{right}/{len(facts)} right, "
                     f"{time.perf_counter() - started:.1f} s")
     return outcomes
 
 
-def statement_spans(tokenizer, prefix_tokens: int, text: str, facts) -> tuple[list[tuple[int, int]], int]:
-    """Each fact's statement as token indices [first, last) of the reading's input (the prompt's head, then `text`,
-    tokenized whole: `evaluate` checks that the chunked read counted as many), and the input's length."""
-    ids, offsets = encode_text_with_offsets(tokenizer, text)
+def statement_spans(tokenizer, prefix: list[int], text: str, facts, chunk_size: int) -> list[tuple[int, int]]:
+    """Each fact's statement as token indices [first, last) of the reading's input, found in the ids the chunked
+    read produces (its first token, which may carry the space before it, is located from the second)."""
+    ids = [i for chunk in token_chunks(text_document(text), tokenizer, chunk_size, prefix) for i in chunk.ids]
     spans = []
     for fact in facts:
-        start = text.index(fact.statement)
-        end = start + len(fact.statement)
-        first = max(i for i, at in enumerate(offsets) if at <= start)
-        last = next((i for i, at in enumerate(offsets) if at >= end), len(ids))
-        spans.append((prefix_tokens + first, prefix_tokens + last))
-    return spans, prefix_tokens + len(ids)
+        needle = tokenizer.encode(" " + fact.statement)[1:]
+        at = next((j for j in range(len(ids) - len(needle) + 1) if ids[j:j + len(needle)] == needle), None)
+        if at is None:
+            raise SystemExit(f"statement not found in the document's tokens: {fact.statement}")
+        spans.append((at - 1, at + len(needle)))
+    return spans
 
 
 def table(outcomes: list[Outcome]) -> str:
@@ -106,12 +113,16 @@ def table(outcomes: list[Outcome]) -> str:
     cells = defaultdict(list)
     for o in outcomes:
         cells[(o.policy, o.length, o.kind)].append(o.correct)
-        cells[(o.policy, o.length, "all")].append(o.correct)
-    rows = ["| policy | document tokens | pass key | attribute | all |", "|---|---:|---:|---:|---:|"]
+        if o.kind != "absent":
+            cells[(o.policy, o.length, "all")].append(o.correct)
+    rows = ["| policy | document tokens | pass key | attribute | all | false answers to unanswerable questions |",
+            "|---|---:|---:|---:|---:|---:|"]
     for policy, length in sorted({(p, n) for p, n, _ in cells}, key=lambda x: (x[1], x[0])):
         parts = []
-        for kind in ("passkey", "attribute", "all"):
+        for kind in ("passkey", "attribute", "all", "absent"):
             hits = cells[(policy, length, kind)]
+            if kind == "absent":
+                hits = [not hit for hit in hits]  # a false answer is any answer but NOT_STATED
             parts.append(f"{100 * sum(hits) / len(hits):.0f}% ({sum(hits)}/{len(hits)})" if hits else "-")
         rows.append(f"| {policy} | {length:,} | " + " | ".join(parts) + " |")
     return "\n".join(rows)
@@ -146,6 +157,8 @@ def main() -> None:
     parser.add_argument("--answers", action="store_true", help="also list every expected answer and the model's")
     parser.add_argument("--filler", choices=("generated", "prose"), default="generated",
                         help="prose: real prose from packages training never read (scripts/prose.py)")
+    parser.add_argument("--unanswerable", type=int, default=0,
+                        help="questions per document that it does not answer (validation.absent_questions)")
     parser.add_argument("--prose-packages", type=Path,
                         help="a `pip install --target` folder holding the prose packages not installed (prose.py)")
     args = parser.parse_args()
@@ -156,18 +169,22 @@ def main() -> None:
                         score_pool=args.score_pool, max_new_tokens=DEFAULTS["max_new_tokens"])
     outcomes = evaluate(loaded, heads, parse_lengths(args.lengths), args.policies.split(","), args.documents,
                         settings, lambda m: print(m, flush=True), args.attributes, not args.no_passkey,
-                        prose.paragraphs(prose.DEV_PACKAGES, args.prose_packages) if args.filler == "prose" else None)
+                        prose.paragraphs(prose.DEV_PACKAGES, args.prose_packages) if args.filler == "prose" else None,
+                        args.unanswerable)
+    answered = [o for o in outcomes if o.kind != "absent"]
     print(f"\nbudget {args.budget}, chunk {args.chunk_size}, stabilizers {args.stabilizers}, "
           f"score pool {args.score_pool}, heads {args.heads or 'random'}, filler {args.filler}\n")
     print(table(outcomes))
-    print("\n" + depth_table([(o.policy, o.length, o.depth, o.correct) for o in outcomes]))
-    print("\n" + kept_table([(o.policy, o.length, o.kept, o.correct) for o in outcomes]))
+    print("\n" + depth_table([(o.policy, o.length, o.depth, o.correct) for o in answered]))
+    print("\n" + kept_table([(o.policy, o.length, o.kept, o.correct) for o in answered]))
     if args.by_type:
-        print("\n" + type_table([(o.policy, o.length, o.value_type, o.error) for o in outcomes]))
+        print("\n" + type_table([(o.policy, o.length, o.value_type, o.error) for o in answered]))
     if args.answers:
-        print("\n| policy | document tokens | answer type | expected | answered |\n|---|---:|---|---|---|")
+        print("\n| policy | document tokens | depth | statement kept | answer type | expected | answered |\n"
+              "|---|---:|---:|---:|---|---|---|")
         for o in outcomes:
-            print(f"| {o.policy} | {o.length:,} | {o.value_type} | {o.expected} | {o.answer} |")
+            where = "- | -" if o.kind == "absent" else f"{o.depth:.0%} | {o.kept:.0%}"
+            print(f"| {o.policy} | {o.length:,} | {where} | {o.value_type} | {o.expected} | {o.answer} |")
 
 
 if __name__ == "__main__":

@@ -12,14 +12,17 @@ import random
 from pathlib import Path
 
 from locret_cli.prompt import question_text
-from locret_cli.demo_data.qa_data import answer_text, document_text, facts_for, word_pieces
+from locret_cli.demo_data.qa_data import answer_text, document_text, facts_for, prose_text, word_pieces
 from locret_cli.tokenizer import TiktokenTokenizer
+from scripts import prose
 
 
 def write_heads_data(tokenizer, path: Path, seed: int, count: int, lengths: tuple[int, int],
-                     facts_per_document: tuple[int, int] = (1, 1), invented: float = 0.5) -> None:
+                     facts_per_document: tuple[int, int] = (1, 1), invented: float = 0.5,
+                     paragraphs: list[str] | None = None, prose_share: float = 0.0) -> None:
     """`count` training-vocabulary documents of lengths[0]..lengths[1] tokens holding facts_per_document[0]..[1]
-    facts, one of them asked; a share `invented` of attribute facts with made-up attributes, as in pretraining.
+    facts, one of them asked; a share `invented` of attribute facts with made-up attributes, as in pretraining; a
+    share `prose_share` of documents with filler of real prose from `paragraphs` (training packages only).
 
     One fact per document by default. A label marks what the record's own answer attends to, so in a document
     with several facts and one asked, the facts not asked are labelled unimportant, and heads learn to drop
@@ -29,7 +32,11 @@ def write_heads_data(tokenizer, path: Path, seed: int, count: int, lengths: tupl
     with path.open("w") as f:
         for _ in range(count):
             facts = facts_for(rng, "train", rng.randint(*facts_per_document), 0.3, invented, pieces)
-            document = document_text(tokenizer, rng, rng.randint(*lengths), facts, "train")
+            length = rng.randint(*lengths)
+            if prose_share and rng.random() < prose_share:  # no draw at 0: the shipped heads' data stay as they were
+                document = prose_text(tokenizer, rng, length, facts, paragraphs)
+            else:
+                document = document_text(tokenizer, rng, length, facts, "train")
             fact = rng.choice(facts)
             f.write(json.dumps({"prompt": document + question_text(fact.question), "answer": answer_text(fact)}) + "\n")
 
@@ -42,9 +49,14 @@ def main() -> None:
     parser.add_argument("--lengths", default="600,1900", help="min,max document tokens")
     parser.add_argument("--facts", default="1,1", help="min,max facts per document")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--prose-share", type=float, default=0.0,
+                        help="share of documents whose filler is real prose of the training packages (prose.py)")
+    parser.add_argument("--prose-packages", type=Path, help="prose.py's `pip install --target` folder")
     args = parser.parse_args()
     lengths, facts = (tuple(int(x) for x in spec.split(",")) for spec in (args.lengths, args.facts))
-    write_heads_data(TiktokenTokenizer.from_file(args.tokenizer), args.out, args.seed, args.examples, lengths, facts)
+    paragraphs = prose.paragraphs(prose.TRAIN_PACKAGES, args.prose_packages) if args.prose_share else None
+    write_heads_data(TiktokenTokenizer.from_file(args.tokenizer), args.out, args.seed, args.examples, lengths, facts,
+                     paragraphs=paragraphs, prose_share=args.prose_share)
 
 
 if __name__ == "__main__":

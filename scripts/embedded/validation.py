@@ -15,8 +15,13 @@ import random
 import torch
 
 from locret_cli.prompt import build_prompt
-from locret_cli.demo_data.qa_data import IGNORE, Example, answer_text, collate, document_text, place_facts
+from locret_cli.demo_data.qa_data import IGNORE, Example, answer_text, collate, document_text, prose_text
 from locret_cli.demo_data.synthetic import Fact, novel_fact, passkey_fact
+
+# Questions of other forms than the model's, for the dev set only: a document never answers them.
+OFF_FORM_QUESTIONS = ("Summarise chapter 3.", "Who wrote this document?", "How many pages does the report have?",
+                      "What is the main argument of the second section?", "Why did the project fail?",
+                      "List every date mentioned.")
 
 # Documents 50,000 + d; the dev set's are 10,000 + 97 * length + d (evaluate.DEV_SEED), 204,000 and up at its lengths.
 VALIDATION_SEED = 50_000
@@ -41,13 +46,20 @@ def prose_document(tokenizer, rng: random.Random, length: int, paragraphs: list[
     """`dev_document`'s facts (the same ones, seed for seed) in filler of real prose: `paragraphs` drawn at random
     (`scripts/prose.py`, packages training never read), cut to about `length` tokens. Returns (facts, text)."""
     facts = dev_facts(rng, attributes, passkey)
-    room = max(1, length - sum(len(tokenizer.encode(" " + f.statement)) for f in facts))
-    chosen, count = [], 0
-    while count < room:
-        chosen.append(rng.choice(paragraphs))
-        count += len(tokenizer.encode(chosen[-1])) + 1
-    filler = tokenizer.decode(tokenizer.encode("\n\n".join(chosen))[:room])
-    return facts, place_facts(filler, facts, rng)
+    return facts, prose_text(tokenizer, rng, length, facts, paragraphs)
+
+
+def absent_questions(rng: random.Random, facts: list[Fact], count: int) -> list[str]:
+    """`count` questions the document does not answer, alternating: "What is the <attribute> of <entity>?" in the
+    dev vocabulary for a pair no fact states, and a question of another form (`OFF_FORM_QUESTIONS`)."""
+    stated = {f.question for f in facts}
+    questions = []
+    while len(questions) < count:
+        if len(questions) % 2:
+            questions.append(rng.choice(OFF_FORM_QUESTIONS))
+        elif (question := novel_fact(rng, "dev").question) not in stated and question != "What is the pass key?":
+            questions.append(question)
+    return questions
 
 
 def validation_set(tokenizer, documents: int, length: int = 2000) -> list[tuple[torch.Tensor, torch.Tensor]]:
