@@ -30,7 +30,7 @@ import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
 from locret_cli.errors import LocretError
-from locret_cli.rope import position_cos_sin, turn
+from locret_cli.rope import AngleTable, turn
 from locret_cli.speed.profile_marks import CACHE_UPDATE, REROTATE, SELECT, mark
 
 FIELDS = ("keys", "values", "scores", "positions", "origins")  # every entry's; a saved context holds these
@@ -93,10 +93,8 @@ class ScoredLayer(CacheLayerMixin):
         """Give every entry its unrotated key, turning back those appended since the last call with `frequencies`
         (rotary_dim / 2,), the ones they were rotated with; returns them all (B, kv_heads, n, head_dim)."""
         if self.anchored < self.length:
-            cos, sin = position_cos_sin(self.positions[:, :, self.anchored:], frequencies)
-            fresh = turn(self.keys[:, :, self.anchored:], cos, -sin)
-            done = self.unrotated[:, :, : self.anchored] if self.anchored else fresh[:, :, :0]
-            self.set(UNROTATED, torch.cat((done, fresh), dim=2))
+            cos, sin = self.cache.angles(self.positions[:, :, self.anchored:], frequencies)
+            self._write({UNROTATED: turn(self.keys[:, :, self.anchored:], cos, -sin)}, start=self.anchored)
             self.anchored = self.length
         return self.unrotated
 
@@ -152,31 +150,41 @@ class ScoredLayer(CacheLayerMixin):
         self.length, self.anchored = tensors["keys"].shape[2], 0
         self.buffers = Buffers.allocate(tensors, self.cache.room_for(self.length, 0))
         self.is_initialized = True
-        self._write_front(tensors)
+        self._write(tensors)
 
-    def keep(self, keep: torch.Tensor) -> None:
-        """Keep only entries `keep` (B, kv_heads, k), in that order (gathered first, then written over the front).
-        Once keys have moved, the entries appended since get their unrotated keys first."""
-        if self.anchored:
+    def keep(self, keep: torch.Tensor, moved_to: torch.Tensor | None = None) -> None:
+        """Keep only entries `keep` (B, kv_heads, k), in that order (gathered first, then written over the front);
+        with `moved_to` (B, kv_heads, k), rotate the kept keys for those positions, turning them from their
+        unrotated keys. Once keys have moved, the entries appended since get their unrotated keys first."""
+        if self.anchored or moved_to is not None:
             self.anchor(self.cache.frequencies)
+        fields = self.tensors()
+        if moved_to is not None:  # the keys are made again from the unrotated ones, and the positions are given
+            del fields["keys"], fields["positions"]
         gathered = {name: t.gather(2, keep if t.dim() == 3 else keep.unsqueeze(-1).expand(-1, -1, -1, t.shape[-1]))
-                    for name, t in self.tensors().items()}
+                    for name, t in fields.items()}
+        if moved_to is not None:
+            gathered["positions"] = moved_to.to(self.positions)
+            with mark(REROTATE):
+                cos, sin = self.cache.angles(gathered["positions"], self.cache.frequencies)
+                gathered["keys"] = turn(gathered[UNROTATED], cos, sin)
         self.length = keep.shape[-1]
         self.anchored = min(self.anchored, self.length)
-        self._write_front(gathered)
+        self._write(gathered)
 
     def set(self, name: str, tensor: torch.Tensor) -> None:
         """Replace one field of every entry (scores rescored, keys re-rotated, positions renumbered)."""
-        self._write_front({name: tensor})
+        self._write({name: tensor})
 
-    def _write_front(self, tensors: dict[str, torch.Tensor]) -> None:
-        """Write the first `length` entries of some fields, first taking a private copy if they are shared."""
+    def _write(self, tensors: dict[str, torch.Tensor], start: int = 0) -> None:
+        """Write entries start.. of some fields (B, kv_heads, k[, head_dim]), first taking a private copy if
+        entries are shared."""
         if self.buffers.shared > 0:
             self._private_copy(self.buffers.capacity)
         for name, t in tensors.items():
             if name not in self.buffers.tensors:
                 self.buffers.add(name, t)
-            self.buffers.tensors[name][:, :, : self.length] = t
+            self.buffers.tensors[name].narrow(2, start, t.shape[2]).copy_(t)
 
     def _own_tail(self, needed: int) -> None:
         """Make this cache the one that may write entries length..needed-1, growing or copying if it must."""
@@ -205,6 +213,7 @@ class LocretCache(Cache):
         self.reserved = reserved  # entries each layer's buffers may grow to before they are needed
         self.step = step  # past the reservation, buffers grow by at least this many entries (a chunk)
         self.frequencies: torch.Tensor | None = None  # inverse frequencies the cached keys are rotated with
+        self.angles = AngleTable()  # cos and sin of the positions keys move to and from
         self.peak_tokens = 0
         self.peak_bytes = 0
 
@@ -257,11 +266,11 @@ class LocretCache(Cache):
         self.peak_tokens = max(self.peak_tokens, self.length())
         self.peak_bytes = max(self.peak_bytes, self.nbytes())
 
-    def evict(self, layer_idx: int, keep: torch.Tensor) -> None:
-        """Keep only entries `keep` (B, kv_heads, k), ascending, in one layer: keys, values, scores, positions and
-        origins."""
+    def evict(self, layer_idx: int, keep: torch.Tensor, moved_to: torch.Tensor | None = None) -> None:
+        """Keep only entries `keep` (B, kv_heads, k), ascending, in one layer: every field of each entry. With
+        `moved_to` (B, kv_heads, k), the kept keys are rotated for those positions (compact renumbering)."""
         with mark(SELECT):
-            self.layers[layer_idx].keep(keep)
+            self.layers[layer_idx].keep(keep, moved_to)
 
     def move_keys(self, new_positions: torch.Tensor | None, new_frequencies: torch.Tensor) -> None:
         """Rotate every cached key for `new_positions` (B, kv_heads, n) under `new_frequencies`, turning it from its
@@ -271,11 +280,11 @@ class LocretCache(Cache):
         """
         with mark(REROTATE):
             layers = [layer for layer in self.layers if layer.length > 0]
-            shared = None if new_positions is None else position_cos_sin(new_positions, new_frequencies)
+            shared = None if new_positions is None else self.angles(new_positions, new_frequencies)
             for layer in layers:
                 unrotated = layer.anchor(self.frequencies)
                 target = layer.positions if new_positions is None else new_positions.to(layer.positions)
-                cos, sin = shared or position_cos_sin(target, new_frequencies)
+                cos, sin = shared or self.angles(target, new_frequencies)
                 layer.set("keys", turn(unrotated, cos.to(unrotated.device), sin.to(unrotated.device)))
                 layer.set("positions", target)
             self.frequencies = new_frequencies

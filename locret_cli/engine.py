@@ -177,11 +177,13 @@ class Engine:
     def evict(self) -> None:
         """Keep the top `budget` entries per KV head, pinned and stabilizers first; renumber positions if compact."""
         budget = self.settings.budget
-        for layer_idx, layer in enumerate(self.cache.layers):
-            self.cache.evict(layer_idx, select(layer.scores, budget, self.settings.stabilizers, self.pinned))
+        renumbered = None
         if self.settings.positions == "compact":
-            renumbered = torch.arange(budget, device=self.device, dtype=torch.int32)
-            self.cache.move_keys(renumbered.expand_as(self.cache.layers[0].positions), self.cache.frequencies)
+            batch, heads = self.cache.layers[0].positions.shape[:2]
+            renumbered = torch.arange(budget, device=self.device, dtype=torch.int32).expand(batch, heads, budget)
+        for layer_idx, layer in enumerate(self.cache.layers):
+            keep = select(layer.scores, budget, self.settings.stabilizers, self.pinned)
+            self.cache.evict(layer_idx, keep, renumbered)
 
     @torch.no_grad()
     def forward(self, ids: list[int], score: bool) -> torch.Tensor:

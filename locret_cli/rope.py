@@ -68,6 +68,29 @@ def position_cos_sin(positions: torch.Tensor, freq: torch.Tensor) -> tuple[torch
     return angles.cos().float()[index], angles.sin().float()[index]
 
 
+class AngleTable:
+    """cos and sin of position · freq for positions 0..n-1, each angle in float64 as `position_cos_sin` takes it,
+    computed once per frequency set and grown on demand: compact positions stay below budget + chunk + question +
+    answer, so moving keys becomes a lookup. Positions past `limit` (original positions, up to 10⁶) are computed
+    per distinct position instead."""
+
+    def __init__(self, limit: int = 1 << 15):
+        self.limit, self.freq, self.cos, self.sin = limit, None, None, None
+
+    def __call__(self, positions: torch.Tensor, freq: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin, (*positions.shape, rotary_dim / 2) float32, equal to `position_cos_sin(positions, freq)`."""
+        top = int(positions.max()) + 1
+        if top > self.limit or int(positions.min()) < 0:
+            return position_cos_sin(positions, freq)
+        same = self.freq is not None and torch.equal(freq, self.freq)
+        if not same or self.cos.shape[0] < top:
+            rows = min(self.limit, max(top, 2 * self.cos.shape[0] if same else 0))
+            self.cos, self.sin = position_cos_sin(torch.arange(rows, device=positions.device), freq)
+            self.freq = freq
+        index = positions.long()
+        return self.cos[index], self.sin[index]
+
+
 def turn(keys: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate keys (B, H, n, head_dim), any float dtype, by the angles whose cos and sin (B, H, n, rotary_dim / 2)
     float32 are given, in the rotate-half layout the supported families use; -sin turns them back.

@@ -14,7 +14,7 @@ from locret_cli.policies import make_policy
 from test_engine import chunks_of, random_ids
 from locret_cli.errors import LocretError
 from locret_cli.cache import LocretCache
-from locret_cli.rope import check_supported, frequencies_for, position_cos_sin, rotary_module, turn
+from locret_cli.rope import AngleTable, check_supported, frequencies_for, position_cos_sin, rotary_module, turn
 
 
 def move(stored, old, new, old_freq, new_freq):
@@ -109,6 +109,18 @@ def test_cos_and_sin_of_far_positions_are_taken_in_float64():
     assert cos.shape == (1, 2, 3, 4) and cos.dtype == torch.float32
     angles = positions.double()[..., None] * freq.double()
     assert torch.equal(cos, angles.cos().float()) and torch.equal(sin, angles.sin().float())
+
+
+def test_the_angle_table_gives_what_position_cos_sin_does():
+    """Looked up below its limit, computed per distinct position past it, rebuilt when the frequencies change."""
+    table = AngleTable(limit=64)
+    freq = 1.0 / 10000 ** (torch.arange(0, 8, 2, dtype=torch.float32) / 8)
+    for positions, frequencies in [(torch.tensor([[[3, 0, 9]]]), freq), (torch.tensor([[[40, 2, 63]]]), freq),
+                                   (torch.tensor([[[5, 70, 1000]]]), freq), (torch.tensor([[[3, 9, 1]]]), freq / 4)]:
+        cos, sin = table(positions, frequencies)
+        want_cos, want_sin = position_cos_sin(positions, frequencies)
+        assert torch.equal(cos, want_cos) and torch.equal(sin, want_sin)
+    assert table.cos.shape[0] == 10 and torch.equal(table.freq, freq / 4)
 
 
 def drifted_cache(moves: int, dtype=torch.bfloat16):

@@ -29,6 +29,7 @@ from locret_cli.bench.tasks import text_document
 from locret_cli.engine import Settings
 from locret_cli.heads import RetainingHeads, load_heads
 from locret_cli.loading import load_model
+from locret_cli.demo_data.qa_data import fragments
 from locret_cli.demo_data.synthetic import NOT_STATED
 from locret_cli.prompt import prompt_layout
 from locret_cli.documents import token_chunks
@@ -39,7 +40,8 @@ from scripts.embedded.diagnose import depth_table, error_kind, kept_share, kept_
 from scripts.embedded.validation import absent_questions, dev_document, prose_document
 
 DEV_SEED = 10_000
-ABSENT_SEED = 30_000  # the unanswerable questions' own stream, so the documents stay as they were
+ABSENT_SEED = 30_000
+FRAGMENT_SEED = 40_000  # the unanswerable questions' own stream, so the documents stay as they were
 
 
 @dataclass
@@ -58,18 +60,22 @@ class Outcome:
 
 def evaluate(loaded, heads, lengths: list[tuple[int, str | None]], policies: list[str], documents: int,
              settings: Settings, log, attributes: int = 4, passkey: bool = True,
-             paragraphs: list[str] | None = None, unanswerable: int = 0) -> list[Outcome]:
+             paragraphs: list[str] | None = None, unanswerable: int = 0, fragment: float = 1.0) -> list[Outcome]:
     """Read each document once per policy and ask every fact's question on a fork, then `unanswerable` questions
     the document does not answer (kind "absent": right only when answered NOT_STATED); `paragraphs` (real prose)
-    replace the generated filler."""
+    replace the generated filler. With `fragment` below 1, a document 1/fragment times as long is cut to runs of its
+    filler (`qa_data.fragments`), statements whole: what a bounded cache holds, read without any eviction."""
     tokenizer, model = loaded.tokenizer, loaded.model
     outcomes = []
     for length, only in lengths:
         for d in range(documents):
             rng = random.Random(DEV_SEED + 97 * length + d)
-            facts, text = (prose_document(tokenizer, rng, length, paragraphs, attributes, passkey) if paragraphs
-                           else dev_document(tokenizer, rng, length, attributes, passkey))
+            made = round(length / fragment)
+            facts, text = (prose_document(tokenizer, rng, made, paragraphs, attributes, passkey) if paragraphs
+                           else dev_document(tokenizer, rng, made, attributes, passkey))
             prefix = prompt_layout(tokenizer).head_ids
+            if fragment < 1:
+                text = fragmented(tokenizer, text, facts, fragment, random.Random(FRAGMENT_SEED + d))
             spans = statement_spans(tokenizer, prefix, text, facts, settings.chunk_size)
             for policy_name in ([only] if only else policies):
                 started = time.perf_counter()
@@ -92,6 +98,16 @@ def evaluate(loaded, heads, lengths: list[tuple[int, str | None]], policies: lis
                     f"{right}/{len(facts)} right, "
                     f"{time.perf_counter() - started:.1f} s")
     return outcomes
+
+
+def fragmented(tokenizer, text: str, facts, keep: float, rng: random.Random) -> str:
+    """`text` with its filler cut to runs of 1-8 tokens, each kept with probability `keep`; statements stay whole."""
+    ids = tokenizer.encode(text)
+    parts, at = [], 0
+    for first, last in sorted(statement_spans(tokenizer, [], text, facts, len(ids) + 1)):
+        parts += [tokenizer.decode(fragments(rng, ids[at:first], keep)), tokenizer.decode(ids[first:last]).strip()]
+        at = last
+    return " ".join(parts + [tokenizer.decode(fragments(rng, ids[at:], keep))])
 
 
 def statement_spans(tokenizer, prefix: list[int], text: str, facts, chunk_size: int) -> list[tuple[int, int]]:
@@ -157,6 +173,9 @@ def main() -> None:
     parser.add_argument("--answers", action="store_true", help="also list every expected answer and the model's")
     parser.add_argument("--filler", choices=("generated", "prose"), default="generated",
                         help="prose: real prose from packages training never read (scripts/prose.py)")
+    parser.add_argument("--fragment", type=float, default=1.0,
+                        help="keep this share of the filler, in runs, statements whole (full cache: the model "
+                             "reading what eviction leaves, without eviction)")
     parser.add_argument("--unanswerable", type=int, default=0,
                         help="questions per document that it does not answer (validation.absent_questions)")
     parser.add_argument("--prose-packages", type=Path,
@@ -170,10 +189,11 @@ def main() -> None:
     outcomes = evaluate(loaded, heads, parse_lengths(args.lengths), args.policies.split(","), args.documents,
                         settings, lambda m: print(m, flush=True), args.attributes, not args.no_passkey,
                         prose.paragraphs(prose.DEV_PACKAGES, args.prose_packages) if args.filler == "prose" else None,
-                        args.unanswerable)
+                        args.unanswerable, args.fragment)
     answered = [o for o in outcomes if o.kind != "absent"]
     print(f"\nbudget {args.budget}, chunk {args.chunk_size}, stabilizers {args.stabilizers}, "
-          f"score pool {args.score_pool}, heads {args.heads or 'random'}, filler {args.filler}\n")
+          f"score pool {args.score_pool}, heads {args.heads or 'random'}, filler {args.filler}, "
+          f"fragment {args.fragment}\n")
     print(table(outcomes))
     print("\n" + depth_table([(o.policy, o.length, o.depth, o.correct) for o in answered]))
     print("\n" + kept_table([(o.policy, o.length, o.kept, o.correct) for o in answered]))
