@@ -1,0 +1,97 @@
+"""Where the entries of a document's statements rank among all its entries by the eviction score (the retaining
+heads' CIS, pooled as the engine pools it), and which other tokens rank in the top `budget`.
+
+    python -m scripts.embedded.rank_statements --length 128000 --documents 3 --prose-packages runs/prose-packages
+
+Scores never change once given, so what a long read keeps is close to the top (budget − stabilizers) by score, plus
+the last stabilizers: a statement entry ranked past the budget is almost surely evicted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+from collections import Counter
+from pathlib import Path
+
+import torch
+
+from locret_cli.api import Session
+from locret_cli.bench.tasks import text_document
+from locret_cli.documents import token_chunks
+from locret_cli.embedded import load_embedded
+from locret_cli.engine import Settings
+from locret_cli.policies.locret import LocretPolicy
+from locret_cli.prompt import prompt_layout
+from scripts import prose
+from scripts.build_embedded import DEFAULTS
+from scripts.embedded.evaluate import DEV_SEED, statement_spans
+from scripts.embedded.validation import dev_document, prose_document
+
+
+class RecordingPolicy(LocretPolicy):
+    """LocretPolicy that also keeps every score it gives: scores[layer] is a list of (kv_heads, chunk) tensors."""
+
+    def __init__(self, heads, score_pool: int):
+        super().__init__(heads, score_pool)
+        self.scores: dict[int, list[torch.Tensor]] = {}
+
+    def score(self, layer_idx, q, k, v, token_index):
+        scores = super().score(layer_idx, q, k, v, token_index)
+        self.scores.setdefault(layer_idx, []).append(scores[0].float().cpu())
+        return scores
+
+
+def rank_document(loaded, heads, text: str, facts, settings: Settings, outranking: Counter) -> list[float]:
+    """The median rank of each statement's entries, one per statement, layer and KV head; counts the other tokens
+    in the top `budget` (at most 200 per layer and head) into `outranking`."""
+    tokenizer = loaded.tokenizer
+    prefix = prompt_layout(tokenizer).head_ids
+    ids = [i for chunk in token_chunks(text_document(text), tokenizer, settings.chunk_size, prefix) for i in chunk.ids]
+    spans = statement_spans(tokenizer, prefix, text, facts, settings.chunk_size)
+    in_statement = torch.zeros(len(ids), dtype=torch.bool)
+    for first, last in spans:
+        in_statement[first:last] = True
+    policy = RecordingPolicy(heads, settings.score_pool)
+    Session(loaded, heads, "locret").read(text_document(text), settings, force=True, policy=policy)
+    medians = []
+    for chunks in policy.scores.values():
+        for head_scores in torch.cat(chunks, dim=-1):
+            order = head_scores.argsort(descending=True)
+            rank = torch.empty_like(order)
+            rank[order] = torch.arange(len(order))
+            medians += [rank[first:last].float().median().item() for first, last in spans]
+            top = order[: settings.budget]
+            outranking.update(tokenizer.decode([ids[t]]) for t in top[~in_statement[top]][:200].tolist())
+    return medians
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--length", type=int, default=128000)
+    parser.add_argument("--documents", type=int, default=3)
+    parser.add_argument("--prose-packages", type=Path, help="prose.py's `pip install --target` folder")
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    loaded, heads = load_embedded()
+    settings = Settings(budget=DEFAULTS["budget"], chunk_size=DEFAULTS["chunk_size"],
+                        stabilizers=DEFAULTS["stabilizers"], score_pool=DEFAULTS["score_pool"], max_new_tokens=4)
+    paragraphs = prose.paragraphs(prose.DEV_PACKAGES, args.prose_packages)
+    print("| filler | median rank of a statement's entries | statements ranked within the budget | "
+          "tokens most often in the top budget, statements left out |\n|---|---:|---:|---|")
+    for filler in ("generated", "prose"):
+        medians, outranking = [], Counter()
+        for d in range(args.documents):
+            rng = random.Random(DEV_SEED + 97 * args.length + d)
+            facts, text = (prose_document(loaded.tokenizer, rng, args.length, paragraphs) if filler == "prose"
+                           else dev_document(loaded.tokenizer, rng, args.length))
+            medians += rank_document(loaded, heads, text, facts, settings, outranking)
+        medians.sort()
+        within = sum(m < settings.budget for m in medians) / len(medians)
+        common = ", ".join(repr(t) for t, _ in outranking.most_common(12))
+        print(f"| {filler} | {medians[len(medians) // 2]:,.0f} | {within:.0%} | {common} |")
+
+
+if __name__ == "__main__":
+    main()
