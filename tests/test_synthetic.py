@@ -114,6 +114,19 @@ def test_prose_documents_hold_every_fact_in_the_given_paragraphs_only():
     assert 850 <= len(tokenizer.encode(prose_text(tokenizer, random.Random(7), 900, facts, paragraphs))) <= 920
 
 
+def test_fragmented_prose_keeps_statements_whole_among_runs_of_a_longer_text():
+    tokenizer = TiktokenTokenizer.byte_level()
+    paragraphs = [f"Paragraph {n} explains how the solver converges." for n in range(200)]
+    facts = facts_for(random.Random(2), "train", 3, 1.0)
+    text = prose_text(tokenizer, random.Random(7), 900, facts, paragraphs, keep=0.2)
+    assert all(text.count(f.statement) == 1 for f in facts)
+    rest = text
+    for fact in facts:
+        rest = rest.replace(fact.statement, "")
+    assert "explains how the solver converges" not in rest and sum(c.isalpha() for c in rest) > 300  # runs of it
+    assert 850 <= len(tokenizer.encode(text)) <= 920
+
+
 def test_absent_questions_never_ask_what_the_document_states():
     rng = random.Random(4)
     facts = [novel_fact(rng, "dev") for _ in range(40)] + [passkey_fact(rng)]

@@ -87,15 +87,20 @@ def document_text(tokenizer, rng: random.Random, tokens: int, facts: list[Fact],
     return place_facts(tokenizer.decode(tokenizer.encode("\n\n".join(blocks))[:room]), facts, rng, depths)
 
 
-def prose_text(tokenizer, rng: random.Random, tokens: int, facts: list[Fact], paragraphs: Sequence[str]) -> str:
+def prose_text(tokenizer, rng: random.Random, tokens: int, facts: list[Fact], paragraphs: Sequence[str],
+               keep: float = 1.0) -> str:
     """`document_text` with filler of real prose: `paragraphs` drawn at random, cut to about `tokens` tokens with
-    the facts, each fact at a random paragraph or sentence boundary."""
+    the facts, each fact at a random paragraph or sentence boundary. With `keep` below 1, the filler is prose
+    1/keep times as long cut to runs (`fragments`), as a bounded cache holds it; the statements stay whole."""
     room = max(1, tokens - sum(len(tokenizer.encode(" " + f.statement)) for f in facts))
     chosen, count = [], 0
-    while count < room:
+    while count < room / keep:
         chosen.append(rng.choice(paragraphs))
         count += len(tokenizer.encode(chosen[-1])) + 1
-    return place_facts(tokenizer.decode(tokenizer.encode("\n\n".join(chosen))[:room]), facts, rng)
+    filler = tokenizer.encode("\n\n".join(chosen))
+    if keep < 1:
+        filler = fragments(rng, filler, keep)
+    return place_facts(tokenizer.decode(filler[:room]), facts, rng)
 
 
 def place_facts(filler: str, facts: list[Fact], rng: random.Random, depths: list[float] | None = None) -> str:

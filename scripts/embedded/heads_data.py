@@ -19,10 +19,12 @@ from scripts import prose
 
 def write_heads_data(tokenizer, path: Path, seed: int, count: int, lengths: tuple[int, int],
                      facts_per_document: tuple[int, int] = (1, 1), invented: float = 0.5,
-                     paragraphs: list[str] | None = None, prose_share: float = 0.0) -> None:
+                     paragraphs: list[str] | None = None, prose_share: float = 0.0,
+                     fragmented: float = 0.0) -> None:
     """`count` training-vocabulary documents of lengths[0]..lengths[1] tokens holding facts_per_document[0]..[1]
     facts, one of them asked; a share `invented` of attribute facts with made-up attributes, as in pretraining; a
-    share `prose_share` of documents with filler of real prose from `paragraphs` (training packages only).
+    share `prose_share` of documents with filler of real prose from `paragraphs` (training packages only), a share
+    `fragmented` of those cut to runs of a 2-20 times longer text, as the cache holds prose after many evictions.
 
     One fact per document by default. A label marks what the record's own answer attends to, so in a document
     with several facts and one asked, the facts not asked are labelled unimportant, and heads learn to drop
@@ -34,7 +36,8 @@ def write_heads_data(tokenizer, path: Path, seed: int, count: int, lengths: tupl
             facts = facts_for(rng, "train", rng.randint(*facts_per_document), 0.3, invented, pieces)
             length = rng.randint(*lengths)
             if prose_share and rng.random() < prose_share:  # no draw at 0: the shipped heads' data stay as they were
-                document = prose_text(tokenizer, rng, length, facts, paragraphs)
+                keep = rng.uniform(0.05, 0.5) if fragmented and rng.random() < fragmented else 1.0
+                document = prose_text(tokenizer, rng, length, facts, paragraphs, keep)
             else:
                 document = document_text(tokenizer, rng, length, facts, "train")
             fact = rng.choice(facts)
@@ -52,11 +55,12 @@ def main() -> None:
     parser.add_argument("--prose-share", type=float, default=0.0,
                         help="share of documents whose filler is real prose of the training packages (prose.py)")
     parser.add_argument("--prose-packages", type=Path, help="prose.py's `pip install --target` folder")
+    parser.add_argument("--fragmented", type=float, default=0.0, help="share of prose documents cut to runs")
     args = parser.parse_args()
     lengths, facts = (tuple(int(x) for x in spec.split(",")) for spec in (args.lengths, args.facts))
     paragraphs = prose.paragraphs(prose.TRAIN_PACKAGES, args.prose_packages) if args.prose_share else None
     write_heads_data(TiktokenTokenizer.from_file(args.tokenizer), args.out, args.seed, args.examples, lengths, facts,
-                     paragraphs=paragraphs, prose_share=args.prose_share)
+                     paragraphs=paragraphs, prose_share=args.prose_share, fragmented=args.fragmented)
 
 
 if __name__ == "__main__":
