@@ -272,19 +272,12 @@ class LocretCache(Cache):
         with mark(SELECT):
             self.layers[layer_idx].keep(keep, moved_to)
 
-    def move_keys(self, new_positions: torch.Tensor | None, new_frequencies: torch.Tensor) -> None:
-        """Rotate every cached key for `new_positions` (B, kv_heads, n) under `new_frequencies`, turning it from its
-        unrotated key (so its error is the same after one move or a thousand).
-
-        new_positions None keeps each entry's position (a frequency switch only).
-        """
+    def switch_frequencies(self, new_frequencies: torch.Tensor) -> None:
+        """Rotate every cached key, at its position, for `new_frequencies` (longrope, dynamic NTK), turning it from
+        its unrotated key. Moves to new positions happen in `evict`."""
         with mark(REROTATE):
-            layers = [layer for layer in self.layers if layer.length > 0]
-            shared = None if new_positions is None else self.angles(new_positions, new_frequencies)
-            for layer in layers:
-                unrotated = layer.anchor(self.frequencies)
-                target = layer.positions if new_positions is None else new_positions.to(layer.positions)
-                cos, sin = shared or self.angles(target, new_frequencies)
-                layer.set("keys", turn(unrotated, cos.to(unrotated.device), sin.to(unrotated.device)))
-                layer.set("positions", target)
+            for layer in self.layers:
+                if layer.length > 0:
+                    unrotated = layer.anchor(self.frequencies)
+                    layer.set("keys", turn(unrotated, *self.angles(layer.positions, new_frequencies)))
             self.frequencies = new_frequencies

@@ -104,7 +104,8 @@ class Engine:
         self.device = model.device
         self.rotary = rotary_module(model)
         self.dynamic_frequencies = changes_with_length(self.rotary)
-        room = settings.budget + settings.chunk_size + QUESTION_ALLOWANCE + settings.max_new_tokens if policy.evicts else 0
+        room = settings.budget + settings.chunk_size + QUESTION_ALLOWANCE + settings.max_new_tokens
+        room = room if policy.evicts else 0
         self.cache = LocretCache(model.config.get_text_config(decoder=True).num_hidden_layers, reserved=room,
                                  step=settings.chunk_size)
         self.seen = 0  # tokens of input consumed so far
@@ -233,7 +234,7 @@ class Engine:
         if self.cache.frequencies is None or self.cache.length() == 0:
             self.cache.frequencies = frequencies
         elif not torch.equal(frequencies, self.cache.frequencies):
-            self.cache.move_keys(None, frequencies)
+            self.cache.switch_frequencies(frequencies)
 
     def decode(self, first: int, on_token: Callable[[int], None] | None = None) -> tuple[list[int], int]:
         """Greedy (or sampled) decoding from `first` until a stop token or max_new_tokens; returns (tokens, steps)."""

@@ -64,31 +64,44 @@ def position_cos_sin(positions: torch.Tensor, freq: torch.Tensor) -> tuple[torch
     that large would be off by a good fraction of a radian.
     """
     distinct, index = torch.unique(positions, return_inverse=True)
-    angles = distinct.double()[:, None] * freq.double().to(distinct.device)
-    return angles.cos().float()[index], angles.sin().float()[index]
+    cos, sin = _cos_sin(distinct, freq)
+    return cos[index], sin[index]
+
+
+def _cos_sin(positions: torch.Tensor, freq: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin (n, rotary_dim / 2) float32 of positions (n,) · freq, the angles and cos taken in float64."""
+    angles = positions.double()[:, None] * freq.double().to(positions.device)
+    return angles.cos().float(), angles.sin().float()
 
 
 class AngleTable:
     """cos and sin of position · freq for positions 0..n-1, each angle in float64 as `position_cos_sin` takes it,
     computed once per frequency set and grown on demand: compact positions stay below budget + chunk + question +
     answer, so moving keys becomes a lookup. Positions past `limit` (original positions, up to 10⁶) are computed
-    per distinct position instead."""
+    per distinct position instead. The last lookup is kept: every layer of one eviction asks for the same positions
+    tensor, and gets the same cos and sin."""
 
     def __init__(self, limit: int = 1 << 15):
         self.limit, self.freq, self.cos, self.sin = limit, None, None, None
+        self.last: tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor]] | None = None
 
     def __call__(self, positions: torch.Tensor, freq: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin, (*positions.shape, rotary_dim / 2) float32, equal to `position_cos_sin(positions, freq)`."""
+        if self.last is not None and self.last[0] is positions and self.last[1] is freq:
+            return self.last[2]
         top = int(positions.max()) + 1
         if top > self.limit or int(positions.min()) < 0:
-            return position_cos_sin(positions, freq)
-        same = self.freq is not None and torch.equal(freq, self.freq)
-        if not same or self.cos.shape[0] < top:
-            rows = min(self.limit, max(top, 2 * self.cos.shape[0] if same else 0))
-            self.cos, self.sin = position_cos_sin(torch.arange(rows, device=positions.device), freq)
-            self.freq = freq
-        index = positions.long()
-        return self.cos[index], self.sin[index]
+            found = position_cos_sin(positions, freq)
+        else:
+            same = self.freq is not None and torch.equal(freq, self.freq)
+            if not same or self.cos.shape[0] < top:
+                rows = min(self.limit, max(top, 2 * self.cos.shape[0] if same else 0))
+                self.cos, self.sin = _cos_sin(torch.arange(rows, device=positions.device), freq)
+                self.freq = freq
+            index = positions.long()
+            found = self.cos[index], self.sin[index]
+        self.last = (positions, freq, found)
+        return found
 
 
 def turn(keys: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

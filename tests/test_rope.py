@@ -125,7 +125,8 @@ def test_the_angle_table_gives_what_position_cos_sin_does():
 
 def drifted_cache(moves: int, dtype=torch.bfloat16):
     """A one-layer cache of 512 bf16 keys (head_dim 128, Llama 3's theta) first rotated for positions 100K-200K, then
-    moved `moves` times, each time to 99% of their positions; returns the cache and the exact fp32 keys."""
+    moved `moves` times by evictions that keep every entry, each time to 99% of their positions; returns the cache and
+    the exact fp32 keys."""
     generator = torch.Generator().manual_seed(0)
     freq = 1.0 / 500000 ** (torch.arange(0, 128, 2, dtype=torch.float32) / 128)
     pre_rope = torch.randn(1, 1, 512, 128, generator=generator)
@@ -134,9 +135,10 @@ def drifted_cache(moves: int, dtype=torch.bfloat16):
     cache.frequencies = freq
     cache.stage(positions.view(-1), positions.view(-1))
     cache.layers[0].update(turn(pre_rope, *position_cos_sin(positions, freq)).to(dtype), pre_rope.to(dtype))
+    everything = torch.arange(512).view(1, 1, 512)
     for _ in range(moves):
         positions = (positions * 0.99).to(torch.int32)
-        cache.move_keys(positions, freq)
+        cache.evict(0, everything, positions)
     exact = turn(pre_rope, *position_cos_sin(positions, freq))
     return cache, exact
 
@@ -172,11 +174,10 @@ def test_moves_keep_the_unrotated_keys_of_entries_evicted_and_appended_in_betwee
                      pre_rope[:, :, first:first + count])
 
     append(0, 8, 0)
-    cache.evict(0, torch.tensor([[[1, 4, 6, 7], [0, 2, 3, 7]]]))
-    cache.move_keys(torch.arange(4).expand(1, 2, 4).to(torch.int32), freq)
+    renumbered = torch.arange(4).expand(1, 2, 4).to(torch.int32)
+    cache.evict(0, torch.tensor([[[1, 4, 6, 7], [0, 2, 3, 7]]]), renumbered)
     append(8, 4, 4)
-    cache.evict(0, torch.tensor([[[0, 3, 4, 7], [1, 2, 5, 6]]]))
-    cache.move_keys(torch.arange(4).expand(1, 2, 4).to(torch.int32), freq)
+    cache.evict(0, torch.tensor([[[0, 3, 4, 7], [1, 2, 5, 6]]]), renumbered)
     origins = layer.origins.long()
     want = turn(pre_rope.gather(2, origins[..., None].expand(-1, -1, -1, 16)),
                 *position_cos_sin(torch.arange(4).expand(1, 2, 4), freq))

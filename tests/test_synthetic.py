@@ -9,8 +9,8 @@ import re
 import string
 
 from locret_cli.demo_data.qa_data import FillerPool, facts_for, fragments, prose_text, qa_example, word_pieces
-from locret_cli.demo_data.synthetic import (SPLIT_ATTRIBUTES, SPLIT_KINDS, SPLIT_WORDS, dev_words, english_words, novel_fact,
-                                  passkey_fact)
+from locret_cli.demo_data.synthetic import (SPLIT_ATTRIBUTES, SPLIT_KINDS, SPLIT_WORDS, dev_words, english_words,
+                                            novel_fact, passkey_fact)
 from locret_cli.tokenizer import TiktokenTokenizer
 from scripts.embedded.validation import OFF_FORM_QUESTIONS, absent_questions
 

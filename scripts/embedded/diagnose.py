@@ -101,7 +101,8 @@ def _share_table(rows, column: str, bins: list[str], bin_of) -> str:
     lines = [f"| policy | document tokens | {column}: " + " | ".join(bins) + " |", "|---|---:|" + "---:|" * len(bins)]
     for policy, length in sorted({(p, n) for p, n, _, _ in rows}, key=lambda x: (x[1], x[0])):
         counts = [cells[(policy, length, b)] for b in bins]
-        lines.append(f"| {policy} | {length:,} | " + " | ".join(f"{sum(c)}/{len(c)}" if c else "-" for c in counts) + " |")
+        cells_text = " | ".join(f"{sum(c)}/{len(c)}" if c else "-" for c in counts)
+        lines.append(f"| {policy} | {length:,} | {cells_text} |")
     return "\n".join(lines)
 
 

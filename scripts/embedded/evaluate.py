@@ -2,8 +2,9 @@
 
 Each document holds one pass key and (by default) four attribute facts at random depths, in filler mixing template
 prose, the held-out part of the reference text and word salad, or with `--filler prose` in real prose from Python
-packages training never read (`scripts/prose.py`'s DEV_PACKAGES; the same facts, seed for seed). The document is read once per policy (`Session.read`); each
-question is then answered on a fork of its cache (eviction does not depend on the question).
+packages training never read (`scripts/prose.py`'s DEV_PACKAGES; the same facts, seed for seed). The document is
+read once per policy (`Session.read`); each question is then answered on a fork of its cache (eviction does not
+depend on the question).
 
     python -m scripts.embedded.evaluate --model runs/embedded/model --heads runs/embedded/heads \\
         --lengths 2000:full,32000,128000 --policies locret,streaming --documents 10
