@@ -11,7 +11,7 @@ from conftest import tiny_model
 from locret_cli.engine import Engine, Settings
 from locret_cli.heads import RetainingHeads
 from locret_cli.policies.locret import LocretPolicy
-from locret_cli.speed import dtype_probe
+from locret_cli.speed import dtype_probe, packed_linear
 from locret_cli.speed.packed_linear import PACKED_ATTRIBUTE, pack_if_room, pack_linears, packable
 from test_engine import chunks_of, random_ids
 
@@ -64,6 +64,22 @@ def test_packed_linears_still_train_through_the_plain_product():
     loss = model(input_ids=torch.tensor([[2, 3, 4, 5]]), labels=torch.tensor([[2, 3, 4, 5]])).loss
     loss.backward()
     assert model.model.layers[0].self_attn.q_proj.weight.grad is not None
+
+
+def test_a_cpu_that_cannot_pack_bf16_packs_nothing_and_still_probes(monkeypatch, tmp_path):
+    """oneDNN refuses bf16 packing without AVX-512 or AVX-NE-CONVERT (an AVX2-only AMD EPYC): locret must run."""
+    def refuse(weight):
+        raise RuntimeError("mkldnn_reorder_linear_weight: bf16 path needs the cpu support avx_ne_convert or avx512bw")
+
+    monkeypatch.setattr(packed_linear, "_reorder", refuse)
+    packed_linear.packing_works.cache_clear()
+    try:
+        model = tiny_model("llama").to(torch.bfloat16)
+        assert not packed_linear.packing_works() and pack_linears(model) == 0 and pack_if_room(model) == 0
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+        assert dtype_probe.measured_cpu_dtype().dtype in (torch.bfloat16, torch.float32)
+    finally:
+        packed_linear.packing_works.cache_clear()
 
 
 def test_fp32_and_quantized_layers_are_never_packed():

@@ -9,11 +9,14 @@ can change a greedy answer, and they are barely faster there: chunks keep `F.lin
 
 The packed copy is held beside the original weight, which stays as it is for everything else that reads it
 (state dicts, fingerprints, tied embeddings), so packing costs the linear weights' size again in memory. Only plain
-`nn.Linear` modules with bf16 weights on the CPU are packed; 4-bit and other layers keep their own forward.
+`nn.Linear` modules with bf16 weights on the CPU are packed; 4-bit and other layers keep their own forward. oneDNN
+packs bf16 only on CPUs with AVX-512 (BW, VL, DQ) or AVX-NE-CONVERT; on others (an AVX2-only AMD EPYC, most
+laptops before them) nothing is packed (`packing_works`).
 """
 
 from __future__ import annotations
 
+import functools
 import types
 
 import torch
@@ -23,10 +26,28 @@ from torch import nn
 PACKED_ATTRIBUTE = "locret_packed_weight"
 
 
+def _reorder(weight: torch.Tensor) -> torch.Tensor:
+    """`weight` (out, in) bf16, packed into oneDNN's blocked layout for products of one row."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight, 1)
+
+
+@functools.cache
+def packing_works() -> bool:
+    """Whether this torch build has the oneDNN ops and this CPU can pack bf16 weights (oneDNN refuses on a CPU
+    without AVX-512 or AVX-NE-CONVERT)."""
+    if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")):
+        return False
+    try:
+        _reorder(torch.zeros(16, 16, dtype=torch.bfloat16))
+    except RuntimeError:
+        return False
+    return True
+
+
 def packable(module: nn.Module) -> bool:
-    """Whether `module` is a plain bf16 `nn.Linear` on the CPU, and this torch build has the oneDNN ops."""
+    """Whether `module` is a plain bf16 `nn.Linear` on the CPU, and this machine can pack it (`packing_works`)."""
     return (type(module) is nn.Linear and module.weight.dtype == torch.bfloat16 and module.weight.device.type == "cpu"
-            and torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
+            and packing_works())
 
 
 def _packed_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
@@ -43,7 +64,7 @@ def pack_linears(model: nn.Module) -> int:
     for module in model.modules():
         if packable(module) and not hasattr(module, PACKED_ATTRIBUTE):
             with torch.no_grad():
-                setattr(module, PACKED_ATTRIBUTE, torch.ops.mkldnn._reorder_linear_weight(module.weight, 1))
+                setattr(module, PACKED_ATTRIBUTE, _reorder(module.weight))
             module.forward = types.MethodType(_packed_forward, module)
             packed += 1
     return packed
