@@ -39,6 +39,7 @@ class Session:
     heads: RetainingHeads | None
     policy: str = "locret"
     question_warning: Callable[[str], str | None] | None = None  # the embedded model's check of a question's form
+    not_stated: Callable[[str], bool] | None = None  # whether an answer says the document is silent (embedded model)
 
     def settings(self, warn: Callable[[str], None] = lambda _: None, **overrides) -> Settings:
         """Settings from, in order: non-None `overrides`, the model's recorded defaults, the global defaults."""
@@ -82,7 +83,7 @@ class Session:
                             document.sha256, document.size_bytes, read_s)
         return Reading(engine, tokenizer, self.loaded.name, prefix, source_map, info, read_s,
                        warnings=warnings + document.warnings, compute=compute,
-                       question_warning=self.question_warning)
+                       question_warning=self.question_warning, not_stated=self.not_stated)
 
     def ask(
         self,
@@ -107,6 +108,7 @@ class Session:
         reading = load_reading(path, self.loaded.model, self.loaded.tokenizer, self.loaded.name, self.heads)
         reading.compute = self.prepare()
         reading.question_warning = self.question_warning
+        reading.not_stated = self.not_stated
         return reading
 
     def prepare(self) -> str:
@@ -148,13 +150,14 @@ def load_session(
     shipped for this model (`models/shipped.py`), whose recorded engine settings then become the defaults (for every
     policy). A session that only answers from saved contexts needs no heads: pass heads_required=False."""
     if model is None:
+        from locret_cli.demo_data.unanswerable import says_not_stated
         from locret_cli.embedded import load_embedded, question_warning
 
         if load_4bit:
             raise LocretError("--load-4bit applies to --model; the embedded model is already tiny")
         loaded, embedded_heads = load_embedded(device, dtype)
         chosen_heads = load_heads(heads, loaded.model) if heads else embedded_heads
-        return Session(loaded, chosen_heads, policy, question_warning)
+        return Session(loaded, chosen_heads, policy, question_warning, says_not_stated)
     loaded = load_model(model, device, dtype, load_4bit, trust_remote_code)
     shipped = None if heads else find_shipped(loaded.model)
     if shipped is not None:

@@ -122,6 +122,7 @@ class Reading:
     warnings: list[str] = field(default_factory=list)
     compute: str = ""  # how the model computes (`Session.prepare`)
     question_warning: Callable[[str], str | None] | None = None  # a model's check of a question's form
+    not_stated: Callable[[str], bool] | None = None  # whether an answer says the document is silent (embedded model)
 
     def question_warnings(self, question: str) -> list[str]:
         """Warnings about `question` itself: a question the model was not trained to answer (embedded model)."""
@@ -153,7 +154,8 @@ class Reading:
     ) -> AskResult:
         """Answer `question` on a fork of the cache, after the earlier `history` turns (question, answer), if any.
 
-        `sources` > 0 also names that many pages or line ranges the answer drew on; 0 skips the cost."""
+        `sources` > 0 also names that many pages or line ranges the answer drew on; 0 skips the cost. An answer
+        that the document does not say (`not_stated`) cites none."""
         if not question.strip():
             raise LocretError("the question is empty")
         settings = self.answer_settings(settings)
@@ -166,10 +168,14 @@ class Reading:
         memory, memory_device = peak_memory(model.device)
         read_tokens = 0 if self.loaded_from else self.engine.document_tokens
         all_tokens = self.engine.document_tokens + len(question_ids) + len(generation.token_ids)
+        answer = self.tokenizer.decode(generation.token_ids, skip_special_tokens=True).strip()
+        if tally and self.not_stated and self.not_stated(answer):
+            tally = None
         return AskResult(
             question=question,
-            answer=self.tokenizer.decode(generation.token_ids, skip_special_tokens=True).strip(),
-            sources=tally.sources(self.engine.cache, engine.cache, self.source_map, sources) if tally else None,
+            answer=answer,
+            sources=(tally.sources(self.engine.cache, engine.cache, self.source_map, sources) if tally
+                     else [] if sources > 0 else None),
             model=self.model_name,
             policy=engine.policy.name,
             settings=settings,

@@ -10,7 +10,8 @@ exactly from its last checkpoint (OUT/pretrain.pt):
   2. pretrain   -> OUT/model/               curriculum on generated QA documents (scripts/embedded/pretrain.py)
   3. heads      -> OUT/heads/               `locret train` on the model's own QA data (OUT/heads-data.jsonl)
   4. package    -> locret_cli/embedded_model/    model, tokenizer, heads and the engine defaults recorded with them
-Logs go to OUT/build.log and stderr.
+Logs go to OUT/build.log and stderr. `--from-model DIR --from-stage K` starts pretraining at stage K from the
+weights in DIR (a build's OUT/model, or the shipped model), for a stage added after a model was built.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from locret_cli.loading import load_model
 from locret_cli.tokenizer import TIKTOKEN_FILE, TiktokenTokenizer
 from locret_cli.training import TrainConfig, train_heads
 from scripts.embedded.heads_data import write_heads_data
-from scripts.embedded.pretrain import PretrainConfig, pretrain
+from scripts.embedded.pretrain import PretrainConfig, pretrain, start_from
 from scripts.embedded.tokenizer import train_tokenizer
 
 VOCAB = 3072
@@ -47,6 +48,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cpu", help='"cuda" trains the same recipe on a GPU')
     parser.add_argument("--max-minutes", type=float, default=120.0, help="pretraining time limit")
+    parser.add_argument("--from-model", type=Path, help="start pretraining from this model directory's weights")
+    parser.add_argument("--from-stage", type=int, help="with --from-model: the stage to start at")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(args.threads)
@@ -65,6 +68,9 @@ def main() -> None:
     log(f"tokenizer: {len(tokenizer)} tokens")
 
     model_dir = args.out / "model"
+    if args.from_model and not (args.out / "pretrain.pt").exists():
+        start_from(args.out, args.from_model, args.from_stage)
+        log(f"starting at stage {args.from_stage} from {args.from_model}")
     if not model_dir.exists():
         model, complete = pretrain(tokenizer, args.out, PretrainConfig(seed=args.seed, max_minutes=args.max_minutes,
                                                                   device=args.device),

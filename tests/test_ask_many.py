@@ -156,7 +156,10 @@ def test_chat_loop_answers_saves_and_survives_a_stopped_answer(handbook, tmp_pat
     run_chat(conversation, lambda: next(lines), Console(file=out, width=200), Console(file=err, width=200))
     assert calls == [GATE_Q, "stop me", KEY_Q]
     assert GATE in out.getvalue() and "line 185" in out.getvalue()
-    assert "25992" in out.getvalue()  # asked after a turn of history, which the demo model was never trained on
+    # asked after a turn of history, which the demo model was never trained on: its answer there depends on the
+    # CPU's arithmetic (bf16 or fp32), so only that it was printed is checked
+    last = conversation.results[-1]
+    assert last.question == KEY_Q and last.answer and f"{last.answer}\nsources:" in out.getvalue()
     assert "answer stopped" in err.getvalue() and "unknown command /nonsense" in err.getvalue()
     transcript = [json.loads(line) for line in (tmp_path / "chat.jsonl").read_text().splitlines()]
     assert [t["answer"] for t in transcript] == [GATE]

@@ -3,13 +3,14 @@ wrong, and repeated questions do not count."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from locret_cli.demo_data.qa_data import IGNORE, Example
 from locret_cli.demo_data.synthetic import Fact
 from locret_cli.tokenizer import TiktokenTokenizer
-from scripts.embedded.pretrain import answer_loss, first_asks
+from scripts.embedded.pretrain import answer_loss, first_asks, validation_accuracy
 from scripts.embedded.validation import validation_set
 
 
@@ -25,18 +26,13 @@ def test_an_answer_counts_only_when_every_token_is_right():
     labels[0, 8:11] = predicted[0, 7:10]  # answer 2: three tokens, the last one wrong
     labels[0, 10] = (predicted[0, 9] + 1) % 50
     with torch.no_grad():
-        _, accuracy = answer_loss(model, ids, labels, torch.tensor([True, True]))
-    assert accuracy == 0.5
+        _, right = answer_loss(model, ids, labels)
+    assert right.tolist() == [True, False]
 
     labels[0, 10] = predicted[0, 9]
     with torch.no_grad():
-        _, accuracy = answer_loss(model, ids, labels, torch.tensor([True, True]))
-    assert accuracy == 1.0
-
-    labels[0, 10] = (predicted[0, 9] + 1) % 50
-    with torch.no_grad():
-        _, accuracy = answer_loss(model, ids, labels, torch.tensor([True, False]))
-    assert accuracy == 1.0  # the wrong answer is not counted
+        _, right = answer_loss(model, ids, labels)
+    assert right.tolist() == [True, True]
 
 
 def test_only_the_first_ask_of_a_fact_counts():
@@ -61,3 +57,19 @@ def test_validation_rows_ask_one_question_each_after_the_same_document():
         starts.append(start)
     document_end = min(starts) - 40
     assert all(torch.equal(ids[0, :document_end], ids[row, :document_end]) for row in range(5))
+
+
+def test_validation_scores_the_rows_the_document_does_not_answer_apart():
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=1)).eval()
+    ids = torch.randint(0, 50, (3, 8))  # one document's three rows; the last is a question it does not answer
+    with torch.no_grad():
+        predicted = model(input_ids=ids).logits.argmax(-1)
+    labels = torch.full_like(ids, IGNORE)
+    labels[:, 5:7] = predicted[:, 4:6]  # every row answered right...
+    labels[1, 6] = (predicted[1, 5] + 1) % 50  # ...but the second
+    scores = validation_accuracy(model, [(ids, labels), (ids, labels)], absent=1)
+    assert (scores.stated, scores.silent) == (0.5, 1.0) and scores.all == pytest.approx(2 / 3)
+    alone = validation_accuracy(model, [(ids, labels)])
+    assert alone.silent is None and alone.all == alone.stated == pytest.approx(2 / 3)

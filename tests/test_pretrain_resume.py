@@ -8,7 +8,7 @@ import torch
 
 from locret_cli.tokenizer import TiktokenTokenizer
 from scripts.embedded import pretrain as pretrain_module
-from scripts.embedded.pretrain import PretrainConfig, Stage, pretrain
+from scripts.embedded.pretrain import PretrainConfig, Stage, Validation, pretrain
 from scripts.embedded.validation import validation_set
 
 TINY = dict(hidden=32, layers=1, heads=2, kv_heads=1, intermediate=64, max_positions=256)
@@ -19,7 +19,7 @@ def test_a_paused_and_resumed_curriculum_equals_an_uninterrupted_one(tmp_path, m
               Stage(40, 2, 1, 2, 2.0, 0.5, fragmented=0.5, keep_best=True)]
     monkeypatch.setattr(pretrain_module, "STAGES", stages)
     monkeypatch.setattr(pretrain_module.FillerPool, "__init__", _small_pool)
-    monkeypatch.setattr(pretrain_module, "validation_set", lambda tokenizer, n: validation_set(tokenizer, n, 60))
+    monkeypatch.setattr(pretrain_module, "validation_set", lambda tokenizer, n, absent=0: validation_set(tokenizer, n, 60, absent))
     tokenizer = TiktokenTokenizer.byte_level()
     cfg = dict(TINY, max_steps_per_stage=3, checkpoint_every=1, validate_every=1, validation_documents=2)
     (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
@@ -40,12 +40,13 @@ def test_a_paused_and_resumed_curriculum_equals_an_uninterrupted_one(tmp_path, m
 def test_a_keep_best_stage_ends_on_its_best_validated_weights(tmp_path, monkeypatch):
     monkeypatch.setattr(pretrain_module, "STAGES", [Stage(24, 2, 1, 2, 2.0, 0.0, keep_best=True)])
     monkeypatch.setattr(pretrain_module.FillerPool, "__init__", _small_pool)
-    monkeypatch.setattr(pretrain_module, "validation_set", lambda tokenizer, n: [])
+    monkeypatch.setattr(pretrain_module, "validation_set", lambda tokenizer, n, absent=0: [])
     scores, seen = iter([0.2, 0.6, 0.4]), []
 
-    def scripted(model, batches):
+    def scripted(model, batches, absent=0):
         seen.append({name: tensor.clone() for name, tensor in model.state_dict().items()})
-        return next(scores)
+        score = next(scores)
+        return Validation(score, score, None)
 
     monkeypatch.setattr(pretrain_module, "validation_accuracy", scripted)
     cfg = PretrainConfig(**TINY, max_steps_per_stage=5, validate_every=2)
@@ -59,15 +60,15 @@ def test_a_keep_best_stage_ends_on_its_best_validated_weights(tmp_path, monkeypa
 
 def test_an_averaging_stage_ends_on_the_moving_average_of_its_last_steps(tmp_path, monkeypatch):
     monkeypatch.setattr(pretrain_module.FillerPool, "__init__", _small_pool)
-    monkeypatch.setattr(pretrain_module, "validation_set", lambda tokenizer, n: [])
+    monkeypatch.setattr(pretrain_module, "validation_set", lambda tokenizer, n, absent=0: [])
     cfg = PretrainConfig(**TINY, window=1, validate_every=1, average_decay=0.5)  # passes at step 0, ends at step 3
 
     def run(average_last: int, out):
         seen = []
 
-        def scripted(model, batches):  # each validation scores higher, so the last weights are the best
+        def scripted(model, batches, absent=0):  # each validation scores higher, so the last weights are the best
             seen.append({name: tensor.clone() for name, tensor in model.state_dict().items()})
-            return len(seen)
+            return Validation(len(seen), len(seen), None)
 
         monkeypatch.setattr(pretrain_module, "validation_accuracy", scripted)
         monkeypatch.setattr(pretrain_module, "STAGES",

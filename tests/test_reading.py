@@ -110,6 +110,16 @@ def test_sources_do_not_change_the_answer_and_can_be_skipped(session, tmp_path):
     assert cited.answer == plain.answer and plain.sources is None and cited.sources
 
 
+def test_an_answer_that_the_document_is_silent_cites_nothing(session, tmp_path):
+    path, _ = passkey_pdf(tmp_path / "book.pdf", 6, 3)
+    reading = session.read(path)
+    answer = reading.ask("What is the pass key?").answer
+    reading.not_stated = lambda said: said == answer  # as if this answer said the document were silent
+    silent = reading.ask("What is the pass key?")
+    assert silent.answer == answer and silent.sources == []
+    assert reading.ask("What is the pass key?", sources=0).sources is None
+
+
 def test_reading_settings_are_fixed_once_read(session, tmp_path):
     path = tmp_path / "doc.txt"
     path.write_text(GATE)

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 
 from locret_cli.prompt import build_prompt
 from locret_cli.demo_data.synthetic import Fact, novel_fact, paragraphs, passkey_fact, reference_text, word_salad
+from locret_cli.demo_data.unanswerable import absent_fact
 
 IGNORE = -100
 
@@ -42,6 +43,15 @@ class FillerPool:
             pieces.append(filler_block(rng, reference, paragraph_count=4, characters=2500, words=300))
             size += len(pieces[-1])
         self.tokens = tokenizer.encode("\n\n".join(pieces))
+
+    @classmethod
+    def of_paragraphs(cls, tokenizer, paragraphs: Sequence[str], seed: int) -> FillerPool:
+        """A pool of real prose: `paragraphs` (`scripts/prose.py`) in a seeded order."""
+        pool = cls.__new__(cls)
+        order = list(paragraphs)
+        random.Random(seed).shuffle(order)
+        pool.tokens = tokenizer.encode("\n\n".join(order))
+        return pool
 
     def filler(self, rng: random.Random, count: int) -> list[int]:
         """`count` tokens made of 1-4 windows from random places in the pool."""
@@ -145,9 +155,13 @@ def qa_example(
     facts: list[Fact],
     questions: int,
     fragmented: float = 0.0,
+    absent: float = 0.0,
+    absent_questions: Callable[[random.Random, list[Fact]], str] | None = None,
 ) -> Example:
     """A document of about `document_tokens` tokens holding `facts`, then `questions` questions about them, each
-    drawn independently (repeats allowed), so no answer follows by elimination from the questions before it.
+    drawn independently (repeats allowed), so no answer follows by elimination from the questions before it. With
+    probability `absent` a question is one the document does not answer, from `absent_questions(rng, facts)`
+    (`unanswerable.absent_question`), answered `unanswerable.not_stated_reply`.
 
     With probability `fragmented` the filler is cut to scattered runs of a longer text (`fragments`), as a bounded
     cache holds it after eviction; the statements stay whole."""
@@ -165,7 +179,8 @@ def qa_example(
         document += filler[previous:cut] + statement
         previous = cut
     document += filler[previous:]
-    asked = [rng.choice(facts) for _ in range(questions)]
+    asked = [absent_fact(absent_questions(rng, facts)) if absent and rng.random() < absent else rng.choice(facts)
+             for _ in range(questions)]  # no draw at 0: earlier stages' data stay as they were
     first = build_prompt(tokenizer, asked[0].question)
     input_ids = first.prefix_ids + document + first.question_ids
     labels = [IGNORE] * len(input_ids)

@@ -44,9 +44,6 @@ NAMES = ["Amara", "Tobias", "Ingrid", "Kwame", "Lucia", "Dmitri", "Saoirse", "Hi
 WORDS = ["lantern", "granite", "meadow", "falcon", "cobalt", "harvest", "juniper", "anchor", "velvet", "thunder"]
 
 
-NOT_STATED = "The document does not say."  # the answer to a question no statement in the document matches
-
-
 @dataclass(frozen=True)
 class Fact:
     """A statement hidden in a document, the question that asks for it, and the exact answer."""
@@ -54,12 +51,15 @@ class Fact:
     statement: str
     question: str
     answer: str
-    kind: str  # "attribute" or "passkey"
+    kind: str  # "attribute", "passkey", or "absent" (a question the document does not answer: `unanswerable.py`)
 
     @property
     def reply(self) -> str:
         """The statement's first sentence, which ends with the answer: "The gate code of the north depot is 4821."
-        The embedded model answers this way, so that its answer restates the key it looked up (docs)."""
+        The embedded model answers this way, so that its answer restates the key it looked up (docs). An absent
+        fact's reply is its answer (`unanswerable.not_stated_reply`)."""
+        if self.kind == "absent":
+            return self.answer
         return self.statement[: self.statement.rindex(self.answer) + len(self.answer)] + "."
 
 

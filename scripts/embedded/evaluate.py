@@ -31,7 +31,7 @@ from locret_cli.engine import Settings
 from locret_cli.heads import RetainingHeads, load_heads
 from locret_cli.loading import load_model
 from locret_cli.demo_data.qa_data import fragments
-from locret_cli.demo_data.synthetic import NOT_STATED
+from locret_cli.demo_data.unanswerable import not_stated_reply, says_not_stated
 from locret_cli.prompt import prompt_layout
 from locret_cli.documents import token_chunks
 from scripts import prose
@@ -63,7 +63,7 @@ def evaluate(loaded, heads, lengths: list[tuple[int, str | None]], policies: lis
              settings: Settings, log, attributes: int = 4, passkey: bool = True,
              paragraphs: list[str] | None = None, unanswerable: int = 0, fragment: float = 1.0) -> list[Outcome]:
     """Read each document once per policy and ask every fact's question on a fork, then `unanswerable` questions
-    the document does not answer (kind "absent": right only when answered NOT_STATED); `paragraphs` (real prose)
+    the document does not answer (kind "absent": right when the answer says it is not stated, `unanswerable.says_not_stated`); `paragraphs` (real prose)
     replace the generated filler. With `fragment` below 1, a document 1/fragment times as long is cut to runs of its
     filler (`qa_data.fragments`), statements whole: what a bounded cache holds, read without any eviction."""
     tokenizer, model = loaded.tokenizer, loaded.model
@@ -93,8 +93,9 @@ def evaluate(loaded, heads, lengths: list[tuple[int, str | None]], policies: lis
                 absent = random.Random(ABSENT_SEED + 97 * length + d)
                 for question in absent_questions(absent, facts, unanswerable):
                     answer = reading.ask(question, sources=0).answer
-                    outcomes.append(Outcome(policy_name, length, "absent", answer == NOT_STATED, answer, NOT_STATED,
-                                            "absent", "right" if answer == NOT_STATED else "false answer", 0.0, 0.0))
+                    silent = says_not_stated(answer)
+                    outcomes.append(Outcome(policy_name, length, "absent", silent, answer, not_stated_reply(question),
+                                            "absent", "right" if silent else "false answer", 0.0, 0.0))
                 log(f"{policy_name} length {length} document {d}: {reading.engine.document_tokens} tokens, "
                     f"{right}/{len(facts)} right, "
                     f"{time.perf_counter() - started:.1f} s")
@@ -139,7 +140,7 @@ def table(outcomes: list[Outcome]) -> str:
         for kind in ("passkey", "attribute", "all", "absent"):
             hits = cells[(policy, length, kind)]
             if kind == "absent":
-                hits = [not hit for hit in hits]  # a false answer is any answer but NOT_STATED
+                hits = [not hit for hit in hits]  # a false answer is any answer but not stated
             parts.append(f"{100 * sum(hits) / len(hits):.0f}% ({sum(hits)}/{len(hits)})" if hits else "-")
         rows.append(f"| {policy} | {length:,} | " + " | ".join(parts) + " |")
     return "\n".join(rows)

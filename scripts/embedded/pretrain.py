@@ -18,13 +18,17 @@ import random
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
 from locret_cli.demo_data.qa_data import IGNORE, Example, FillerPool, collate, facts_for, qa_example, word_pieces
+from locret_cli.demo_data.unanswerable import absent_question
+from locret_cli.loading import choose_dtype
 from locret_cli.tokenizer import TIKTOKEN_FILE
+from scripts import prose
 from scripts.embedded.validation import validation_set
 
 @dataclass(frozen=True)
@@ -39,6 +43,9 @@ class Stage:
     fragmented: float = 0.0  # share of documents whose filler is cut to scattered runs (`qa_data.fragments`)
     keep_best: bool = False  # validate every `validate_every` steps and end on the best weights (`validation`)
     average_last: int = 0  # end on a moving average of the weights (`average_decay`) over this many last steps
+    absent: float = 0.0  # share of questions the document does not answer (`unanswerable.py`), answered not stated
+    prose: float = 0.0  # share of documents whose filler is real prose (`scripts/prose.py`, MODEL_PACKAGES)
+    lr: float | None = None  # peak learning rate, `PretrainConfig.lr` when None
 
 
 # Each question picks its fact independently, repeats allowed (`qa_example`): when every fact is asked once, the last
@@ -48,11 +55,17 @@ class Stage:
 # always made up from the tokenizer's own pieces, made-up syllables or English words (`synthetic.invented_word`),
 # and from 192 tokens on part of the attributes and kinds are too: with short lists to draw from, the model learns
 # the lists and recalls instead of copying. The last stage teaches the model to read a document as locret's cache
-# holds it, statements whole among scattered runs of filler (docs/embedded-model.md, seventh run).
+# holds it, statements whole among scattered runs of filler (docs/embedded-model.md, seventh run). The fifth teaches
+# it to say that no statement matches ("The gate code of the north depot is not stated.": `unanswerable.py`), in
+# generated filler and in real prose, at a lower learning rate so that what it knew stays (docs, Saying "not
+# stated"); its model is a candidate, not the shipped one.
 STAGES = [Stage(48, 2, 4, 64, 0.9, 0.0), Stage(192, 6, 6, 32, 0.9, 0.35), Stage(768, 10, 10, 8, 0.92, 0.5),
           Stage(1980, 16, 16, 4, 0.95, 0.5, settle=300),
           Stage(1980, 16, 16, 4, 0.95, 0.5, settle=2075, fragmented=0.5, keep_best=True,
-                average_last=75)]
+                average_last=75),
+          Stage(1980, 16, 16, 4, 0.0, 0.5, settle=500, fragmented=0.5, keep_best=True, average_last=75,
+                absent=0.25, prose=0.3, lr=2e-4)]
+VALIDATION_ABSENT = 2  # absent questions per validation document in stages that teach them
 
 
 @dataclass
@@ -87,10 +100,10 @@ def model_config(tokenizer, cfg: PretrainConfig) -> LlamaConfig:
     return config
 
 
-def answer_loss(model, ids: torch.Tensor, labels: torch.Tensor, counted: torch.Tensor) -> tuple[torch.Tensor, float]:
-    """Cross-entropy on answer tokens (logits only where a label is) and the share of `counted` answers whose every
-    token is predicted right. ids, labels: (B, T); answers are the runs of labelled positions, in row-major order;
-    counted: (answers,) bool."""
+def answer_loss(model, ids: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cross-entropy on answer tokens (logits only where a label is) and, per answer, whether its every token is
+    predicted right. ids, labels: (B, T); answers are the runs of labelled positions, in row-major order; returns
+    the loss and right: (answers,) bool."""
     hidden = model.model(input_ids=ids).last_hidden_state[:, :-1]
     targets = labels[:, 1:]
     chosen = targets != IGNORE
@@ -100,21 +113,35 @@ def answer_loss(model, ids: torch.Tensor, labels: torch.Tensor, counted: torch.T
     answer_of_token = starts.flatten().cumsum(0)[chosen.flatten()] - 1
     wrong = torch.zeros(int(starts.sum()), device=ids.device).index_add_(
         0, answer_of_token, (logits.argmax(-1) != targets[chosen]).float())
-    return loss, (wrong[counted] == 0).float().mean().item()
+    return loss, wrong == 0
+
+
+def uses_bf16(device: torch.device) -> bool:
+    """Whether to train in bf16 autocast: on CUDA, and on a CPU where bf16 runs faster than fp32 (an AVX2-only
+    CPU runs bf16 products tens of times slower: `speed/dtype_probe.py`)."""
+    return device.type == "cuda" or choose_dtype("auto", device).dtype == torch.bfloat16
+
+
+class Validation(NamedTuple):
+    """Shares of the validation questions answered exactly: all of them, those the document answers, and those it
+    does not (None when none were asked)."""
+    all: float
+    stated: float
+    silent: float | None
 
 
 @torch.no_grad()
-def validation_accuracy(model, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> float:
-    """Share of the validation questions (`validation.validation_set`) answered exactly."""
+def validation_accuracy(model, batches: list[tuple[torch.Tensor, torch.Tensor]], absent: int = 0) -> Validation:
+    """Scores `validation.validation_set(..., absent=absent)`: its batches' last `absent` rows are the questions the
+    document does not answer."""
     device = next(model.parameters()).device
-    right = total = 0
+    rights = []
     for ids, labels in batches:
-        with torch.autocast(device.type, dtype=torch.bfloat16):
-            _, accuracy = answer_loss(model, ids.to(device), labels.to(device),
-                                      torch.ones(len(ids), dtype=torch.bool, device=device))
-        right += accuracy * len(ids)
-        total += len(ids)
-    return right / total
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=uses_bf16(device)):
+            rights.append(answer_loss(model, ids.to(device), labels.to(device))[1].cpu())
+    right = torch.stack(rights).float()  # (documents, rows)
+    stated, silent = right[:, :right.shape[1] - absent], right[:, right.shape[1] - absent:]
+    return Validation(right.mean().item(), stated.mean().item(), silent.mean().item() if absent else None)
 
 
 def first_asks(examples: list[Example]) -> torch.Tensor:
@@ -132,9 +159,9 @@ def pretrain(tokenizer, out: Path, cfg: PretrainConfig, log, resume: bool = Fals
     device = torch.device(cfg.device)
     model = LlamaForCausalLM(model_config(tokenizer, cfg)).to(device)
     model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id)
-    pool = FillerPool(tokenizer, "train", cfg.seed)
+    pool, prose_pool = FillerPool(tokenizer, "train", cfg.seed), None
     pieces = word_pieces(tokenizer)
-    started, total_steps, saved, batches, best = time.time(), 0, None, None, None
+    started, total_steps, saved, batches, best = time.time(), 0, None, {}, None
     if resume and (out / "pretrain.pt").exists():
         saved = torch.load(out / "pretrain.pt", map_location=device, weights_only=True)
         model.load_state_dict(saved["model"])
@@ -143,12 +170,18 @@ def pretrain(tokenizer, out: Path, cfg: PretrainConfig, log, resume: bool = Fals
             best = torch.load(out / "best.pt", map_location=device, weights_only=True)
         log(f"resumed at stage {saved['stage']} step {saved['step']} (finished: {saved['finished']}), "
             f"{total_steps} steps in all")
+    bf16 = uses_bf16(device)
     log(f"model: {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters; pool {len(pool.tokens):,} "
-        f"tokens; config {json.dumps(asdict(cfg))}")
+        f"tokens; {'bf16 autocast' if bf16 else 'fp32'}; config {json.dumps(asdict(cfg))}")
     for stage, spec in enumerate(STAGES):
         if saved is not None and (stage < saved["stage"] or (stage == saved["stage"] and saved["finished"])):
             continue
         rng = random.Random(cfg.seed + 1000 * stage)
+        if best is not None and best["stage"] != stage:
+            best = None  # each stage keeps its own best: validation sets differ between stages
+        if spec.prose and prose_pool is None:
+            prose_pool = FillerPool.of_paragraphs(tokenizer, prose.paragraphs(prose.MODEL_PACKAGES), cfg.seed)
+            log(f"prose pool {len(prose_pool.tokens):,} tokens")
         optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.01)
         recent, passed_at, first_step, average = [], None, 0, None
         if saved is not None and stage == saved["stage"]:
@@ -159,14 +192,12 @@ def pretrain(tokenizer, out: Path, cfg: PretrainConfig, log, resume: bool = Fals
         out_of_time = False
         for step in range(first_step, cfg.max_steps_per_stage):
             for group in optimizer.param_groups:
-                group["lr"] = cfg.lr * min(1.0, (step + 1) / cfg.warmup)
-            examples = [qa_example(rng, tokenizer, pool, spec.length,
-                                   facts_for(rng, "train", spec.facts, 0.3, spec.invented, pieces),
-                                   spec.questions, spec.fragmented)
-                        for _ in range(spec.batch)]
+                group["lr"] = (spec.lr or cfg.lr) * min(1.0, (step + 1) / cfg.warmup)
+            examples = [stage_example(rng, tokenizer, spec, pool, prose_pool, pieces) for _ in range(spec.batch)]
             ids, labels = (tensor.to(device) for tensor in collate(examples))
-            with torch.autocast(device.type, dtype=torch.bfloat16):
-                loss, accuracy = answer_loss(model, ids, labels, first_asks(examples).to(device))
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+                loss, right = answer_loss(model, ids, labels)
+                accuracy = right[first_asks(examples).to(device)].float().mean().item()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
@@ -191,9 +222,14 @@ def pretrain(tokenizer, out: Path, cfg: PretrainConfig, log, resume: bool = Fals
                 model.load_state_dict(average)
             out_of_time = (time.time() - started) / 60 > cfg.max_minutes
             if spec.keep_best and (step % cfg.validate_every == 0 or finished or out_of_time):
-                batches = batches or validation_set(tokenizer, cfg.validation_documents)
-                score = validation_accuracy(model, batches)
-                log(f"stage {stage} step {step} validation {score:.1%}")
+                absent = VALIDATION_ABSENT if spec.absent else 0
+                if absent not in batches:
+                    batches[absent] = validation_set(tokenizer, cfg.validation_documents, absent=absent)
+                scores = validation_accuracy(model, batches[absent], absent)
+                score = scores.all
+                log(f"stage {stage} step {step} validation {score:.1%}" + (
+                    "" if scores.silent is None else
+                    f" (stated {scores.stated:.1%}, not stated {scores.silent:.1%})"))
                 if best is None or score > best["accuracy"]:
                     best = {"stage": stage, "step": step, "accuracy": score}
                     torch.save({"model": model.state_dict(), **best}, out / "best.pt")
@@ -213,6 +249,24 @@ def pretrain(tokenizer, out: Path, cfg: PretrainConfig, log, resume: bool = Fals
     log(f"pretraining {'done' if complete else 'paused'}: {total_steps} steps, "
         f"{(time.time() - started) / 60:.1f} min this run")
     return model.eval(), complete
+
+
+def stage_example(rng: random.Random, tokenizer, spec: Stage, pool: FillerPool, prose_pool: FillerPool | None,
+                  pieces: tuple[str, ...]) -> Example:
+    """One training example of stage `spec`, its filler from `prose_pool` with probability `spec.prose`."""
+    if spec.prose and rng.random() < spec.prose:  # no draw at 0: earlier stages' data stay as they were
+        pool = prose_pool
+    facts = facts_for(rng, "train", spec.facts, 0.3, spec.invented, pieces)
+    return qa_example(rng, tokenizer, pool, spec.length, facts, spec.questions, spec.fragmented, spec.absent,
+                      lambda r, stated: absent_question(r, stated, "train", spec.invented, pieces))
+
+
+def start_from(out: Path, directory: Path, stage: int) -> None:
+    """Write OUT/pretrain.pt as the end of the stage before `stage`, with the weights of the model in `directory`
+    (a build's OUT/model or the shipped model), so that a resumed run trains from `stage` on."""
+    model = LlamaForCausalLM.from_pretrained(directory, dtype=torch.float32)
+    torch.save({"model": model.state_dict(), "stage": stage - 1, "step": None, "finished": True, "steps": 0},
+               out / "pretrain.pt")
 
 
 def export_checkpoint(tokenizer, out: Path, cfg: PretrainConfig, directory: Path) -> int:

@@ -17,6 +17,7 @@ import torch
 from locret_cli.prompt import build_prompt
 from locret_cli.demo_data.qa_data import IGNORE, Example, answer_text, collate, document_text, prose_text
 from locret_cli.demo_data.synthetic import Fact, novel_fact, passkey_fact
+from locret_cli.demo_data.unanswerable import PASSKEY_QUESTION, absent_fact, absent_question, near_miss
 
 # Questions of other forms than the model's, for the dev set only: a document never answers them.
 OFF_FORM_QUESTIONS = ("Summarise chapter 3.", "Who wrote this document?", "How many pages does the report have?",
@@ -25,6 +26,7 @@ OFF_FORM_QUESTIONS = ("Summarise chapter 3.", "Who wrote this document?", "How m
 
 # Documents 50,000 + d; the dev set's are 10,000 + 97 * length + d (evaluate.DEV_SEED), 204,000 and up at its lengths.
 VALIDATION_SEED = 50_000
+ABSENT_VALIDATION_SEED = 60_000  # the absent questions' own stream, so the documents stay as they were
 
 
 def dev_document(tokenizer, rng: random.Random, length: int, attributes: int = 4,
@@ -50,26 +52,37 @@ def prose_document(tokenizer, rng: random.Random, length: int, paragraphs: list[
 
 
 def absent_questions(rng: random.Random, facts: list[Fact], count: int) -> list[str]:
-    """`count` questions the document does not answer, alternating: "What is the <attribute> of <entity>?" in the
-    dev vocabulary for a pair no fact states, and a question of another form (`OFF_FORM_QUESTIONS`)."""
+    """`count` questions the document does not answer, in turn: "What is the <attribute> of <entity>?" in the dev
+    vocabulary for a pair no fact states, a question of another form (`OFF_FORM_QUESTIONS`), and a near miss (a
+    stated entity with another attribute, or a stated attribute of another entity: `unanswerable.near_miss`)."""
     stated = {f.question for f in facts}
+    attributes = [f for f in facts if f.kind == "attribute"]
     questions = []
     while len(questions) < count:
-        if len(questions) % 2:
+        turn = len(questions) % 3
+        if turn == 1:
             questions.append(rng.choice(OFF_FORM_QUESTIONS))
-        elif (question := novel_fact(rng, "dev").question) not in stated and question != "What is the pass key?":
+            continue
+        question = (near_miss(rng, rng.choice(attributes), "dev", 0.0, ()) if turn == 2 and attributes
+                    else novel_fact(rng, "dev").question)
+        if question not in stated and question != PASSKEY_QUESTION:
             questions.append(question)
     return questions
 
 
-def validation_set(tokenizer, documents: int, length: int = 2000) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def validation_set(tokenizer, documents: int, length: int = 2000,
+                   absent: int = 0) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """One batch per document: (input_ids, labels), both (questions, T) int64, a row per question asked on its own
-    after the whole document, labels IGNORE except on the answer and its end token."""
+    after the whole document, labels IGNORE except on the answer and its end token. With `absent`, that many more
+    rows per document ask what it does not say, in the model's own forms (`unanswerable.absent_question`, no
+    off-form question: the dev set's are held out), answered `NOT_STATED`."""
     batches = []
     for d in range(documents):
         facts, text = dev_document(tokenizer, random.Random(VALIDATION_SEED + d), length)
+        questions = random.Random(ABSENT_VALIDATION_SEED + d)
+        absent_facts = [absent_fact(absent_question(questions, facts, "dev", off_form=False)) for _ in range(absent)]
         rows = []
-        for fact in facts:
+        for fact in facts + absent_facts:
             prompt = build_prompt(tokenizer, fact.question)
             context = prompt.prefix_ids + tokenizer.encode(text) + prompt.question_ids
             answer = tokenizer.encode(answer_text(fact)) + [tokenizer.eos_token_id]
