@@ -150,8 +150,7 @@ def load_session(
     shipped for this model (`models/shipped.py`), whose recorded engine settings then become the defaults (for every
     policy). A session that only answers from saved contexts needs no heads: pass heads_required=False."""
     if model is None:
-        from locret_cli.demo_data.unanswerable import says_not_stated
-        from locret_cli.embedded import load_embedded, question_warning
+        from locret_cli.embedded import load_embedded, question_warning, says_not_stated
 
         if load_4bit:
             raise LocretError("--load-4bit applies to --model; the embedded model is already tiny")

@@ -1,13 +1,14 @@
-"""Questions a document does not answer (`demo_data/unanswerable.py`) and the examples that teach the model to say so."""
+"""Questions a document does not answer (`demo_data/unanswerable.py`) and the examples that teach the model to say
+so."""
 
 import random
 
 from locret_cli.demo_data.qa_data import FillerPool, IGNORE, facts_for, qa_example
 from locret_cli.demo_data.synthetic import novel_fact, passkey_fact
 from locret_cli.demo_data.unanswerable import (
-    NOT_STATED, PASSKEY_QUESTION, absent_fact, absent_question, near_miss, not_stated_reply, off_form_question,
-    says_not_stated,
+    PASSKEY_QUESTION, absent_fact, absent_question, near_miss, off_form_question,
 )
+from locret_cli.embedded import NOT_STATED, not_stated_reply, says_not_stated
 from locret_cli.tokenizer import TiktokenTokenizer
 from scripts.embedded.validation import OFF_FORM_QUESTIONS, validation_set
 

@@ -161,7 +161,7 @@ def qa_example(
     """A document of about `document_tokens` tokens holding `facts`, then `questions` questions about them, each
     drawn independently (repeats allowed), so no answer follows by elimination from the questions before it. With
     probability `absent` a question is one the document does not answer, from `absent_questions(rng, facts)`
-    (`unanswerable.absent_question`), answered `unanswerable.not_stated_reply`.
+    (`unanswerable.absent_question`), answered `embedded.not_stated_reply`.
 
     With probability `fragmented` the filler is cut to scattered runs of a longer text (`fragments`), as a bounded
     cache holds it after eviction; the statements stay whole."""

@@ -57,7 +57,7 @@ class Fact:
     def reply(self) -> str:
         """The statement's first sentence, which ends with the answer: "The gate code of the north depot is 4821."
         The embedded model answers this way, so that its answer restates the key it looked up (docs). An absent
-        fact's reply is its answer (`unanswerable.not_stated_reply`)."""
+        fact's reply is its answer (`embedded.not_stated_reply`)."""
         if self.kind == "absent":
             return self.answer
         return self.statement[: self.statement.rindex(self.answer) + len(self.answer)] + "."

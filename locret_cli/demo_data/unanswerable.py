@@ -1,4 +1,4 @@
-"""Questions a document does not answer, and the replies the embedded model learns for them (`not_stated_reply`).
+"""Questions a document does not answer, which the embedded model learns to answer `embedded.not_stated_reply`.
 
 Three kinds, from the hardest to the easiest:
 - a near miss: a stated entity with an attribute no statement gives it, or a stated attribute of another entity,
@@ -13,18 +13,15 @@ questions (`scripts/embedded/validation.OFF_FORM_QUESTIONS`) are a fixed list th
 from __future__ import annotations
 
 import random
-import re
 from collections.abc import Sequence
 
+from locret_cli.embedded import not_stated_reply
 from locret_cli.demo_data.synthetic import (
     ADJECTIVES, NOUNS, OBJECTS, SPLIT_ATTRIBUTES, SUBJECTS, TIMES, VERBS, Fact, invented_word,
     novel_fact, pseudo_word,
 )
 
 PASSKEY_QUESTION = "What is the pass key?"
-NOT_STATED = "The document does not say."  # the reply to a question of another form
-NOT_STATED_ENDING = " is not stated."
-KEY_QUESTION = re.compile(r"What is (the .+)\?")
 OFF_FORM_TEMPLATES = (
     "Summarize section {n}.", "Give a summary of part {n}.", "Who is the author of the {A} {N}?",
     "Why did {S} {V} {O}?", "How many {N}s are mentioned?", "When did {S} {V} {O}?", "What happened {T}?",
@@ -34,20 +31,6 @@ OFF_FORM_TEMPLATES = (
     "Describe the {A} {N}.", "What did {S} think of {O}?", "Write a poem about the {N}.",
     "How old is {S}?", "What is the {a} of the {N} used for?", "Compare the {N} and the {M}.",
 )
-
-
-def not_stated_reply(question: str) -> str:
-    """The reply to `question` when the document does not answer it. A question of the model's form is restated, so
-    that the model decides at the value, where it looks the key up, as it does for a stated fact: "What is the gate
-    code of the north depot?" gets "The gate code of the north depot is not stated."; any other gets `NOT_STATED`."""
-    key = KEY_QUESTION.fullmatch(question.strip())
-    return f"{key.group(1)[0].upper()}{key.group(1)[1:]}{NOT_STATED_ENDING}" if key else NOT_STATED
-
-
-def says_not_stated(answer: str) -> bool:
-    """Whether `answer` is one of the replies of `not_stated_reply`: the document does not say."""
-    answer = answer.strip()
-    return answer == NOT_STATED or (answer.startswith("The ") and answer.endswith(NOT_STATED_ENDING))
 
 
 def absent_fact(question: str) -> Fact:
@@ -61,7 +44,8 @@ def off_form_question(rng: random.Random, pieces: Sequence[str] = ()) -> str:
     return template.format(
         n=rng.randint(1, 12), S=rng.choice(SUBJECTS), V=rng.choice(VERBS), O=rng.choice(OBJECTS),
         T=rng.choice(TIMES), A=rng.choice(ADJECTIVES), N=rng.choice(NOUNS), M=rng.choice(NOUNS),
-        a=rng.choice(SPLIT_ATTRIBUTES["train"]), w=invented_word(rng, pieces) if rng.random() < 0.5 else pseudo_word(rng),
+        a=rng.choice(SPLIT_ATTRIBUTES["train"]),
+        w=invented_word(rng, pieces) if rng.random() < 0.5 else pseudo_word(rng),
     )
 
 

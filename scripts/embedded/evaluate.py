@@ -31,7 +31,7 @@ from locret_cli.engine import Settings
 from locret_cli.heads import RetainingHeads, load_heads
 from locret_cli.loading import load_model
 from locret_cli.demo_data.qa_data import fragments
-from locret_cli.demo_data.unanswerable import not_stated_reply, says_not_stated
+from locret_cli.embedded import not_stated_reply, says_not_stated
 from locret_cli.prompt import prompt_layout
 from locret_cli.documents import token_chunks
 from scripts import prose
@@ -63,9 +63,10 @@ def evaluate(loaded, heads, lengths: list[tuple[int, str | None]], policies: lis
              settings: Settings, log, attributes: int = 4, passkey: bool = True,
              paragraphs: list[str] | None = None, unanswerable: int = 0, fragment: float = 1.0) -> list[Outcome]:
     """Read each document once per policy and ask every fact's question on a fork, then `unanswerable` questions
-    the document does not answer (kind "absent": right when the answer says it is not stated, `unanswerable.says_not_stated`); `paragraphs` (real prose)
-    replace the generated filler. With `fragment` below 1, a document 1/fragment times as long is cut to runs of its
-    filler (`qa_data.fragments`), statements whole: what a bounded cache holds, read without any eviction."""
+    the document does not answer (kind "absent": right when the answer says it is not stated,
+    `embedded.says_not_stated`); `paragraphs` (real prose) replace the generated filler. With `fragment` below 1, a
+    document 1/fragment times as long is cut to runs of its filler (`qa_data.fragments`), statements whole: what a
+    bounded cache holds, read without any eviction."""
     tokenizer, model = loaded.tokenizer, loaded.model
     outcomes = []
     for length, only in lengths:

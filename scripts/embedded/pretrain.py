@@ -26,7 +26,7 @@ from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
 from locret_cli.demo_data.qa_data import IGNORE, Example, FillerPool, collate, facts_for, qa_example, word_pieces
 from locret_cli.demo_data.unanswerable import absent_question
-from locret_cli.loading import choose_dtype
+from locret_cli.loading import resolve_dtype
 from locret_cli.tokenizer import TIKTOKEN_FILE
 from scripts import prose
 from scripts.embedded.validation import validation_set
@@ -119,7 +119,7 @@ def answer_loss(model, ids: torch.Tensor, labels: torch.Tensor) -> tuple[torch.T
 def uses_bf16(device: torch.device) -> bool:
     """Whether to train in bf16 autocast: on CUDA, and on a CPU where bf16 runs faster than fp32 (an AVX2-only
     CPU runs bf16 products tens of times slower: `speed/dtype_probe.py`)."""
-    return device.type == "cuda" or choose_dtype("auto", device).dtype == torch.bfloat16
+    return device.type == "cuda" or resolve_dtype("auto", device) == torch.bfloat16
 
 
 class Validation(NamedTuple):
@@ -135,9 +135,9 @@ def validation_accuracy(model, batches: list[tuple[torch.Tensor, torch.Tensor]],
     """Scores `validation.validation_set(..., absent=absent)`: its batches' last `absent` rows are the questions the
     document does not answer."""
     device = next(model.parameters()).device
-    rights = []
+    rights, bf16 = [], uses_bf16(device)
     for ids, labels in batches:
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=uses_bf16(device)):
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
             rights.append(answer_loss(model, ids.to(device), labels.to(device))[1].cpu())
     right = torch.stack(rights).float()  # (documents, rows)
     stated, silent = right[:, :right.shape[1] - absent], right[:, right.shape[1] - absent:]

@@ -75,7 +75,7 @@ def validation_set(tokenizer, documents: int, length: int = 2000,
     """One batch per document: (input_ids, labels), both (questions, T) int64, a row per question asked on its own
     after the whole document, labels IGNORE except on the answer and its end token. With `absent`, that many more
     rows per document ask what it does not say, in the model's own forms (`unanswerable.absent_question`, no
-    off-form question: the dev set's are held out), answered `NOT_STATED`."""
+    off-form question: the dev set's are held out), answered `embedded.not_stated_reply`."""
     batches = []
     for d in range(documents):
         facts, text = dev_document(tokenizer, random.Random(VALIDATION_SEED + d), length)
