@@ -10,7 +10,8 @@ from conftest import VOCAB
 from locret_cli.engine import Engine, Settings
 from locret_cli.demo_data.synthetic import Fact
 from locret_cli.cache import LocretCache
-from scripts.embedded.diagnose import LabelOracle, depth_table, error_kind, kept_share, kept_table, value_type
+from locret_cli.heads import RetainingHeads
+from scripts.embedded.diagnose import LabelOracle, StatementKeeper, depth_table, error_kind, kept_share, kept_table, value_type
 
 
 def fact(answer: str, kind: str = "attribute") -> Fact:
@@ -35,6 +36,20 @@ def test_label_oracle_refuses_tokens_it_has_no_label_for(llama):
     engine = Engine(llama, LabelOracle(labels), Settings(budget=2, chunk_size=6, stabilizers=0), stop_ids={1})
     with pytest.raises(ValueError, match="tokenized differently"):
         engine.prefill_chunk([5, 6, 7, 8, 9, 10])
+
+
+def test_statement_keeper_keeps_statements_in_the_named_layers_only(llama):
+    n, budget, spans = 48, 12, [(5, 9), (30, 34)]
+    torch.manual_seed(0)
+    heads = RetainingHeads.for_model(llama, hidden=8).eval()
+    settings = Settings(budget=budget, chunk_size=16, stabilizers=0, positions="original", max_new_tokens=1)
+    engine = Engine(llama, StatementKeeper(heads, 1, spans, {1}), settings, stop_ids={1})
+    for start in range(0, n, 16):
+        engine.prefill_chunk(torch.randint(2, VOCAB, (16,), generator=torch.Generator().manual_seed(start)).tolist())
+    statement = [5, 6, 7, 8, 30, 31, 32, 33]
+    origins = [layer.origins[0] for layer in engine.cache.layers]
+    assert all(set(statement) <= set(head.tolist()) for head in origins[1])
+    assert not all(set(statement) <= set(head.tolist()) for head in origins[0])  # the heads alone drop some
 
 
 def test_answers_are_classified_by_type_and_error():

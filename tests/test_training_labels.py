@@ -6,13 +6,14 @@ import importlib
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from conftest import tiny_model
 from locret_cli.training import labels as labels_module
 from locret_cli.training import trainer as trainer_module
 from locret_cli.training.data import TokenizedExample
 from locret_cli.training.labels import compute_labels
-from locret_cli.training.trainer import HeadTrainer, TrainConfig, top_overlap
+from locret_cli.training.trainer import HeadTrainer, TrainConfig, rank_loss, top_overlap
 
 
 def brute_force_labels(model, family, ids: list[int], prompt_length: int) -> torch.Tensor:
@@ -73,3 +74,23 @@ def test_top_overlap_counts_shared_top_tokens_per_kv_head():
     pred = target.clone()
     pred[:, 1] = -pred[:, 1]  # head 0 agrees exactly, head 1 ranks everything backwards
     assert top_overlap(pred, target, fraction=0.1) == 0.5
+
+
+def test_rank_loss_ignores_an_offset_and_weighs_the_top_of_the_ranking():
+    target = torch.tensor([[9.0, 1.0], [1.0, 2.0], [0.0, 9.0], [2.0, 0.0]])  # (4 tokens, 2 KV heads)
+    assert rank_loss(target + 5.0, target).item() == pytest.approx(0.0, abs=1e-6)
+    top_kept = torch.tensor([[9.0, 1.0], [-6.0, -6.0], [-6.0, 9.0], [-6.0, -6.0]])  # the top right, the rest far off
+    top_lost = torch.tensor([[7.0, 2.0], [1.0, 2.0], [0.0, 7.0], [8.0, 9.0]])  # the rest close, a filler token on top
+    assert F.smooth_l1_loss(top_kept, target) > F.smooth_l1_loss(top_lost, target)  # SmoothL1 prefers losing the top
+    assert rank_loss(top_kept, target) < 0.01 < 1.0 < rank_loss(top_lost, target)
+
+
+def test_rank_weight_adds_the_rank_loss_to_each_step(tmp_path, llama):
+    example = [TokenizedExample([3, 9, 4, 17, 5, 6, 11], [7, 8, 2])]
+    losses = {}
+    for weight in (0.0, 1.0):
+        config = TrainConfig(steps=1, hidden=8, rank_weight=weight)
+        trainer = HeadTrainer(llama, example, tmp_path / str(weight), config)
+        losses[weight] = trainer.run_example(0, train=False)
+    assert losses[1.0][0] > losses[0.0][0]
+    assert losses[1.0][1:] == losses[0.0][1:]

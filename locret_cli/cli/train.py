@@ -28,6 +28,9 @@ def train(
     warmup: Annotated[Optional[int], typer.Option(help="Linear warmup steps, then linear decay. Default 5% of steps.")] = None,
     clip_value: Annotated[float, typer.Option(help="Gradient value clipping.")] = 0.5,
     smooth_weight: Annotated[float, typer.Option(help="Weight α of the smoothness loss MSE(pred[k], pred[k-1]).")] = 0.0025,
+    rank_weight: Annotated[float, typer.Option(
+        help="Weight β of the ranking loss KL(softmax(label) ‖ softmax(pred)) over each prompt's tokens. "
+             "0: the paper's loss.")] = 0.0,
     hidden: Annotated[int, typer.Option(help="Hidden width of each head.")] = 1024,
     max_len: Annotated[int, typer.Option(help="Prompts longer than this many tokens are cut in the middle.")] = 10240,
     save_every: Annotated[int, typer.Option(help="Checkpoint every N steps.")] = 500,
@@ -49,8 +52,8 @@ def train(
     quiet_libraries()
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     config = TrainConfig(steps=steps, lr=lr, betas=(beta1, beta2), weight_decay=weight_decay, warmup=warmup,
-                         clip_value=clip_value, smooth_weight=smooth_weight, hidden=hidden, save_every=save_every,
-                         eval_fraction=eval_fraction, seed=seed)
+                         clip_value=clip_value, smooth_weight=smooth_weight, rank_weight=rank_weight, hidden=hidden,
+                         save_every=save_every, eval_fraction=eval_fraction, seed=seed)
     with err.status(f"loading {model}", spinner="dots"):
         loaded = load_model(model, device, dtype, load_4bit, trust_remote_code)
     with TrainProgress(err, steps) as progress:

@@ -42,6 +42,7 @@ class TrainConfig:
     warmup: int | None = None  # None: 5% of steps
     clip_value: float = 0.5
     smooth_weight: float = 0.0025
+    rank_weight: float = 0.0  # 0: the paper's loss; > 0 adds β·rank_loss, which weighs the top of the ranking
     hidden: int = 1024
     save_every: int = 500
     eval_fraction: float = 0.05
@@ -52,7 +53,7 @@ class TrainConfig:
 class StepReport:
     step: int
     steps: int
-    loss: float
+    loss: float  # SmoothL1, plus rank_weight · rank_loss
     smooth: float
     accuracy: float  # top-10% overlap, mean over layers and KV heads
     tokens_per_s: float
@@ -81,6 +82,15 @@ def top_overlap(pred: torch.Tensor, target: torch.Tensor, fraction: float = 0.1)
     chosen = torch.zeros_like(pred, dtype=torch.bool).scatter_(0, pred.topk(k, dim=0).indices, True)
     wanted = target.topk(k, dim=0).indices
     return float(chosen.gather(0, wanted).float().mean())
+
+
+def rank_loss(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """KL divergence from softmax(target) to softmax(pred) over the prompt's tokens, per KV head, averaged.
+
+    The labels are pre-softmax scores, so softmax(target) is where the answer's strongest query looks: nearly all of
+    its mass lies on the few top-labelled tokens. The term is small when the prediction puts those tokens on top of
+    its own ranking, whatever it predicts for the rest, which SmoothL1 weighs alike. pred, target: (T, kv_heads)."""
+    return F.kl_div(pred.log_softmax(0), target.log_softmax(0), log_target=True, reduction="sum") / pred.shape[1]
 
 
 class HeadTrainer:
@@ -145,6 +155,8 @@ class HeadTrainer:
                 pred = self.heads.layers[layer_idx](x if autocast else x.float()).float()
                 fit = F.smooth_l1_loss(pred, target)
                 smooth = F.mse_loss(pred[1:], pred[:-1]) if pred.shape[0] > 1 else pred.sum() * 0
+                if self.config.rank_weight:
+                    fit = fit + self.config.rank_weight * rank_loss(pred, target)
                 if train:
                     ((fit + self.config.smooth_weight * smooth) / layers).backward()
             fits[layer_idx], smooths[layer_idx] = fit.item(), smooth.item()

@@ -2,6 +2,7 @@
 
     python -m scripts.embedded.evaluate --model M --heads H --lengths 1900 --policies full,oracle,locret,streaming \\
         --budget 128 --chunk-size 128 --stabilizers 16 --by-type
+    python -m scripts.embedded.evaluate ... --policies locret --keep-statements 3   # layer 3 never drops a fact
 """
 
 from __future__ import annotations
@@ -11,11 +12,13 @@ from collections import Counter, defaultdict
 import torch
 
 from locret_cli.policies import Policy
+from locret_cli.policies.locret import LocretPolicy
 from locret_cli.prompt import build_prompt
 from locret_cli.demo_data.qa_data import answer_text
 from locret_cli.demo_data.synthetic import Fact
 from locret_cli.training.labels import compute_labels
 
+FORCED = 1e9  # a score above any the heads give
 VALUE_TYPES = ("pass key", "number", "name", "word")
 ERRORS = ("right", "right value, sentence off", "another fact's value", "garbled copy", "other")
 
@@ -34,6 +37,23 @@ class LabelOracle(Policy):
         if int(token_index.max()) >= self.labels.shape[-1]:
             raise ValueError("the document was tokenized differently from the oracle's labels")
         return self.labels[layer_idx][:, token_index.cpu()].unsqueeze(0).to(q.device)
+
+
+class StatementKeeper(LocretPolicy):
+    """The retaining heads' scores, except that in `layers` every entry of a statement (`spans`, token indices
+    [first, last) of the read) outranks all else: what eviction would give if those layers' heads never dropped a
+    fact. Which layers the answer needs the statement in, and which it does not."""
+
+    def __init__(self, heads, score_pool: int, spans: list[tuple[int, int]], layers: set[int]):
+        super().__init__(heads, score_pool)
+        self.spans, self.layers = spans, layers
+
+    def score(self, layer_idx, q, k, v, token_index):
+        scores = super().score(layer_idx, q, k, v, token_index)
+        if layer_idx in self.layers:
+            for first, last in self.spans:
+                scores[..., (token_index >= first) & (token_index < last)] = FORCED
+        return scores
 
 
 def label_oracle(model, tokenizer, prefix_ids: list[int], text: str, facts: list[Fact]) -> LabelOracle:

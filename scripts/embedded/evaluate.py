@@ -36,11 +36,14 @@ from locret_cli.prompt import prompt_layout
 from locret_cli.documents import token_chunks
 from scripts import prose
 from scripts.build_embedded import DEFAULTS
-from scripts.embedded.diagnose import depth_table, error_kind, kept_share, kept_table, label_oracle, type_table, \
-    value_type
+from scripts.embedded.diagnose import StatementKeeper, depth_table, error_kind, kept_share, kept_table, label_oracle, \
+    type_table, value_type
 from scripts.embedded.validation import absent_questions, dev_document, prose_document
 
 DEV_SEED = 10_000
+# Validation documents, for choosing between candidates so the dev figures stay unbiased: their own seeds, and real
+# prose from the training packages (prose.TRAIN_PACKAGES), never a dev package.
+VALIDATION_SEED = 70_000
 ABSENT_SEED = 30_000
 FRAGMENT_SEED = 40_000  # the unanswerable questions' own stream, so the documents stay as they were
 
@@ -61,17 +64,20 @@ class Outcome:
 
 def evaluate(loaded, heads, lengths: list[tuple[int, str | None]], policies: list[str], documents: int,
              settings: Settings, log, attributes: int = 4, passkey: bool = True,
-             paragraphs: list[str] | None = None, unanswerable: int = 0, fragment: float = 1.0) -> list[Outcome]:
+             paragraphs: list[str] | None = None, unanswerable: int = 0, fragment: float = 1.0,
+             seed: int = DEV_SEED, keep_statements: set[int] | None = None) -> list[Outcome]:
     """Read each document once per policy and ask every fact's question on a fork, then `unanswerable` questions
     the document does not answer (kind "absent": right when the answer says it is not stated,
     `embedded.says_not_stated`); `paragraphs` (real prose) replace the generated filler. With `fragment` below 1, a
     document 1/fragment times as long is cut to runs of its filler (`qa_data.fragments`), statements whole: what a
-    bounded cache holds, read without any eviction."""
+    bounded cache holds, read without any eviction. With `keep_statements`, locret's heads never drop a statement's
+    entries in those layers (`diagnose.StatementKeeper`). Document d of `length` tokens comes from seed
+    seed + 97·length + d."""
     tokenizer, model = loaded.tokenizer, loaded.model
     outcomes = []
     for length, only in lengths:
         for d in range(documents):
-            rng = random.Random(DEV_SEED + 97 * length + d)
+            rng = random.Random(seed + 97 * length + d)
             made = round(length / fragment)
             facts, text = (prose_document(tokenizer, rng, made, paragraphs, attributes, passkey) if paragraphs
                            else dev_document(tokenizer, rng, made, attributes, passkey))
@@ -82,8 +88,12 @@ def evaluate(loaded, heads, lengths: list[tuple[int, str | None]], policies: lis
             for policy_name in ([only] if only else policies):
                 started = time.perf_counter()
                 session = Session(loaded, heads, policy_name)
-                oracle = label_oracle(model, tokenizer, prefix, text, facts) if policy_name == "oracle" else None
-                reading = session.read(text_document(text), settings, force=True, policy=oracle)
+                policy = None
+                if policy_name == "oracle":
+                    policy = label_oracle(model, tokenizer, prefix, text, facts)
+                elif policy_name == "locret" and keep_statements:
+                    policy = StatementKeeper(heads, settings.score_pool, spans, keep_statements)
+                reading = session.read(text_document(text), settings, force=True, policy=policy)
                 for fact, (first, last) in zip(facts, spans):
                     answer = reading.ask(fact.question, sources=0).answer
                     depth = (first - len(prefix)) / max(1, reading.engine.document_tokens - len(prefix))
@@ -181,6 +191,11 @@ def main() -> None:
                              "reading what eviction leaves, without eviction)")
     parser.add_argument("--unanswerable", type=int, default=0,
                         help="questions per document that it does not answer (validation.absent_questions)")
+    parser.add_argument("--split", choices=("dev", "validation"), default="dev",
+                        help="validation: documents of their own seeds, prose from the training packages, for "
+                             "choosing between candidates")
+    parser.add_argument("--keep-statements", help="layers (comma-separated) where locret never drops a statement's "
+                                                   "entries (diagnose.StatementKeeper)")
     parser.add_argument("--prose-packages", type=Path,
                         help="a `pip install --target` folder holding the prose packages not installed (prose.py)")
     args = parser.parse_args()
@@ -189,14 +204,18 @@ def main() -> None:
     heads = load_heads(args.heads, loaded.model) if args.heads else RetainingHeads.for_model(loaded.model).eval()
     settings = Settings(budget=args.budget, chunk_size=args.chunk_size, stabilizers=args.stabilizers,
                         score_pool=args.score_pool, max_new_tokens=DEFAULTS["max_new_tokens"])
+    validation = args.split == "validation"
+    packages = prose.TRAIN_PACKAGES if validation else prose.DEV_PACKAGES
     outcomes = evaluate(loaded, heads, parse_lengths(args.lengths), args.policies.split(","), args.documents,
                         settings, lambda m: print(m, flush=True), args.attributes, not args.no_passkey,
-                        prose.paragraphs(prose.DEV_PACKAGES, args.prose_packages) if args.filler == "prose" else None,
-                        args.unanswerable, args.fragment)
+                        prose.paragraphs(packages, args.prose_packages) if args.filler == "prose" else None,
+                        args.unanswerable, args.fragment, VALIDATION_SEED if validation else DEV_SEED,
+                        {int(x) for x in args.keep_statements.split(",")} if args.keep_statements else None)
     answered = [o for o in outcomes if o.kind != "absent"]
     print(f"\nbudget {args.budget}, chunk {args.chunk_size}, stabilizers {args.stabilizers}, "
           f"score pool {args.score_pool}, heads {args.heads or 'random'}, filler {args.filler}, "
-          f"fragment {args.fragment}\n")
+          f"fragment {args.fragment}, {args.split} documents"
+          + (f", statements kept in layers {args.keep_statements}" if args.keep_statements else "") + "\n")
     print(table(outcomes))
     print("\n" + depth_table([(o.policy, o.length, o.depth, o.correct) for o in answered]))
     print("\n" + kept_table([(o.policy, o.length, o.kept, o.correct) for o in answered]))
