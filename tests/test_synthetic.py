@@ -12,7 +12,7 @@ from locret_cli.demo_data.qa_data import FillerPool, facts_for, fragments, prose
 from locret_cli.demo_data.synthetic import (SPLIT_ATTRIBUTES, SPLIT_KINDS, SPLIT_WORDS, dev_words, english_words,
                                             novel_fact, passkey_fact)
 from locret_cli.tokenizer import TiktokenTokenizer
-from scripts.embedded.validation import OFF_FORM_QUESTIONS, absent_questions
+from scripts.embedded.validation import OFF_FORM_QUESTIONS, POSSESSIVE_ATTRIBUTES, absent_questions, dev_facts
 
 # Pieces that join into dev words ("kennel", "biscuit") or are dev words ("market"): never allowed out whole.
 RISKY_PIECES = ("ken", "nel", "bis", "cuit", "market", "ab", "c", "o")
@@ -137,3 +137,18 @@ def test_absent_questions_never_ask_what_the_document_states():
     halves = [f.question[len("What is the "):-1].split(" of ", 1) for f in facts if f.kind == "attribute"]
     misses = [q[len("What is the "):-1].split(" of ", 1) for q in questions[2::3]]
     assert all(any(a == attribute or e == entity for attribute, entity in halves) for a, e in misses)
+
+
+def test_possessive_dev_facts_change_only_the_attributes():
+    for seed in range(20):
+        plain, possessive = (dev_facts(random.Random(seed), 4, True, p) for p in (False, True))
+        assert [f.kind for f in plain] == [f.kind for f in possessive]
+        for before, after in zip(plain, possessive):
+            if before.kind == "passkey":
+                assert after == before
+                continue
+            attribute, kind, value = parts(after.statement)
+            assert attribute in POSSESSIVE_ATTRIBUTES and (kind, value) == parts(before.statement)[1:]
+            assert after.answer == before.answer and after.question == f"What is the {attribute} of the " \
+                + after.statement.split(" of the ", 1)[1].split(" is ")[0] + "?"
+    assert all("'s " in a and a not in SPLIT_ATTRIBUTES["train"] for a in POSSESSIVE_ATTRIBUTES)

@@ -65,13 +65,15 @@ class Outcome:
 def evaluate(loaded, heads, lengths: list[tuple[int, str | None]], policies: list[str], documents: int,
              settings: Settings, log, attributes: int = 4, passkey: bool = True,
              paragraphs: list[str] | None = None, unanswerable: int = 0, fragment: float = 1.0,
-             seed: int = DEV_SEED, keep_statements: set[int] | None = None) -> list[Outcome]:
+             seed: int = DEV_SEED, keep_statements: set[int] | None = None,
+             possessive: bool = False) -> list[Outcome]:
     """Read each document once per policy and ask every fact's question on a fork, then `unanswerable` questions
     the document does not answer (kind "absent": right when the answer says it is not stated,
     `embedded.says_not_stated`); `paragraphs` (real prose) replace the generated filler. With `fragment` below 1, a
     document 1/fragment times as long is cut to runs of its filler (`qa_data.fragments`), statements whole: what a
     bounded cache holds, read without any eviction. With `keep_statements`, locret's heads never drop a statement's
-    entries in those layers (`diagnose.StatementKeeper`). Document d of `length` tokens comes from seed
+    entries in those layers (`diagnose.StatementKeeper`); with `possessive`, every attribute is a possessive one
+    (`validation.with_possessive`). Document d of `length` tokens comes from seed
     seed + 97·length + d."""
     tokenizer, model = loaded.tokenizer, loaded.model
     outcomes = []
@@ -79,8 +81,8 @@ def evaluate(loaded, heads, lengths: list[tuple[int, str | None]], policies: lis
         for d in range(documents):
             rng = random.Random(seed + 97 * length + d)
             made = round(length / fragment)
-            facts, text = (prose_document(tokenizer, rng, made, paragraphs, attributes, passkey) if paragraphs
-                           else dev_document(tokenizer, rng, made, attributes, passkey))
+            facts, text = (prose_document(tokenizer, rng, made, paragraphs, attributes, passkey, possessive)
+                           if paragraphs else dev_document(tokenizer, rng, made, attributes, passkey, possessive))
             prefix = prompt_layout(tokenizer).head_ids
             if fragment < 1:
                 text = fragmented(tokenizer, text, facts, fragment, random.Random(FRAGMENT_SEED + d))
@@ -194,6 +196,8 @@ def main() -> None:
     parser.add_argument("--split", choices=("dev", "validation"), default="dev",
                         help="validation: documents of their own seeds, prose from the training packages, for "
                              "choosing between candidates")
+    parser.add_argument("--possessive", action="store_true",
+                        help="possessive attributes (\"the keeper's name of ...\"), a form training never used")
     parser.add_argument("--keep-statements", help="layers (comma-separated) where locret never drops a statement's "
                                                    "entries (diagnose.StatementKeeper)")
     parser.add_argument("--prose-packages", type=Path,
@@ -210,12 +214,14 @@ def main() -> None:
                         settings, lambda m: print(m, flush=True), args.attributes, not args.no_passkey,
                         prose.paragraphs(packages, args.prose_packages) if args.filler == "prose" else None,
                         args.unanswerable, args.fragment, VALIDATION_SEED if validation else DEV_SEED,
-                        {int(x) for x in args.keep_statements.split(",")} if args.keep_statements else None)
+                        {int(x) for x in args.keep_statements.split(",")} if args.keep_statements else None,
+                        args.possessive)
     answered = [o for o in outcomes if o.kind != "absent"]
     print(f"\nbudget {args.budget}, chunk {args.chunk_size}, stabilizers {args.stabilizers}, "
           f"score pool {args.score_pool}, heads {args.heads or 'random'}, filler {args.filler}, "
           f"fragment {args.fragment}, {args.split} documents"
-          + (f", statements kept in layers {args.keep_statements}" if args.keep_statements else "") + "\n")
+          + (f", statements kept in layers {args.keep_statements}" if args.keep_statements else "")
+          + (", possessive attributes" if args.possessive else "") + "\n")
     print(table(outcomes))
     print("\n" + depth_table([(o.policy, o.length, o.depth, o.correct) for o in answered]))
     print("\n" + kept_table([(o.policy, o.length, o.kept, o.correct) for o in answered]))

@@ -24,30 +24,47 @@ OFF_FORM_QUESTIONS = ("Summarise chapter 3.", "Who wrote this document?", "How m
                       "What is the main argument of the second section?", "Why did the project fail?",
                       "List every date mentioned.")
 
+# Possessive attributes, as a user writes them ("the keeper's name of ..."): a form training never used, dev only.
+POSSESSIVE_ATTRIBUTES = ("keeper's name", "captain's badge", "warden's number", "owner's motto", "porter's code",
+                         "clerk's initials", "guard's password", "cook's ration")
+
 # Documents 50,000 + d; the dev set's are 10,000 + 97 * length + d (evaluate.DEV_SEED), 204,000 and up at its lengths.
 VALIDATION_SEED = 50_000
 ABSENT_VALIDATION_SEED = 60_000  # the absent questions' own stream, so the documents stay as they were
 
 
 def dev_document(tokenizer, rng: random.Random, length: int, attributes: int = 4,
-                 passkey: bool = True) -> tuple[list[Fact], str]:
+                 passkey: bool = True, possessive: bool = False) -> tuple[list[Fact], str]:
     """A dev-style document of about `length` tokens: held-out vocabulary and reference text, a pass key (unless
-    `passkey` is off) and `attributes` attribute facts at random depths. Returns (facts, text)."""
-    facts = dev_facts(rng, attributes, passkey)
+    `passkey` is off) and `attributes` attribute facts at random depths (`dev_facts`). Returns (facts, text)."""
+    facts = dev_facts(rng, attributes, passkey, possessive)
     return facts, document_text(tokenizer, rng, length, facts, "dev")
 
 
-def dev_facts(rng: random.Random, attributes: int, passkey: bool) -> list[Fact]:
+def dev_facts(rng: random.Random, attributes: int, passkey: bool, possessive: bool = False) -> list[Fact]:
+    """A pass key (unless `passkey` is off) and `attributes` facts in the dev vocabulary; with `possessive`, each
+    attribute is a possessive one instead (`POSSESSIVE_ATTRIBUTES`), the entities, values and the rest of the
+    document drawn exactly as without it."""
     key = passkey_fact(rng)  # drawn either way, so the attribute facts are the same with or without it
     facts = ([key] if passkey else []) + [novel_fact(rng, "dev") for _ in range(attributes)]
+    if possessive:
+        facts = [with_possessive(f) if f.kind == "attribute" else f for f in facts]
     return list({f.question: f for f in facts}.values())
 
 
+def with_possessive(fact: Fact) -> Fact:
+    """`fact` with a possessive attribute, chosen by its own question so that no other draw moves."""
+    attribute = random.Random(fact.question).choice(POSSESSIVE_ATTRIBUTES)
+    entity = fact.question.removeprefix("What is the ").removesuffix("?").split(" of ", 1)[1]
+    return Fact(f"The {attribute} of {entity} is {fact.answer}.", f"What is the {attribute} of {entity}?",
+                fact.answer, "attribute")
+
+
 def prose_document(tokenizer, rng: random.Random, length: int, paragraphs: list[str], attributes: int = 4,
-                   passkey: bool = True) -> tuple[list[Fact], str]:
+                   passkey: bool = True, possessive: bool = False) -> tuple[list[Fact], str]:
     """`dev_document`'s facts (the same ones, seed for seed) in filler of real prose: `paragraphs` drawn at random
     (`scripts/prose.py`, packages training never read), cut to about `length` tokens. Returns (facts, text)."""
-    facts = dev_facts(rng, attributes, passkey)
+    facts = dev_facts(rng, attributes, passkey, possessive)
     return facts, prose_text(tokenizer, rng, length, facts, paragraphs)
 
 
