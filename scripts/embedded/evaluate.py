@@ -41,9 +41,10 @@ from scripts.embedded.diagnose import StatementKeeper, depth_table, error_kind, 
 from scripts.embedded.validation import absent_questions, dev_document, prose_document
 
 DEV_SEED = 10_000
-# Validation documents, for choosing between candidates so the dev figures stay unbiased: their own seeds, and real
-# prose from the training packages (prose.TRAIN_PACKAGES), never a dev package.
-VALIDATION_SEED = 70_000
+# `--split validation` documents, for choosing between candidates so the dev figures stay unbiased: seeds of their
+# own (not validation.VALIDATION_SEED's, which pretraining selects its weights on), and real prose from the training
+# packages (prose.TRAIN_PACKAGES), never a dev package.
+SELECTION_SEED = 70_000
 ABSENT_SEED = 30_000
 FRAGMENT_SEED = 40_000  # the unanswerable questions' own stream, so the documents stay as they were
 
@@ -73,8 +74,7 @@ def evaluate(loaded, heads, lengths: list[tuple[int, str | None]], policies: lis
     document 1/fragment times as long is cut to runs of its filler (`qa_data.fragments`), statements whole: what a
     bounded cache holds, read without any eviction. With `keep_statements`, locret's heads never drop a statement's
     entries in those layers (`diagnose.StatementKeeper`); with `possessive`, every attribute is a possessive one
-    (`validation.with_possessive`). Document d of `length` tokens comes from seed
-    seed + 97·length + d."""
+    (`validation.with_possessive`). Document d of `length` tokens is drawn from the seed seed + 97·length + d."""
     tokenizer, model = loaded.tokenizer, loaded.model
     outcomes = []
     for length, only in lengths:
@@ -213,7 +213,7 @@ def main() -> None:
     outcomes = evaluate(loaded, heads, parse_lengths(args.lengths), args.policies.split(","), args.documents,
                         settings, lambda m: print(m, flush=True), args.attributes, not args.no_passkey,
                         prose.paragraphs(packages, args.prose_packages) if args.filler == "prose" else None,
-                        args.unanswerable, args.fragment, VALIDATION_SEED if validation else DEV_SEED,
+                        args.unanswerable, args.fragment, SELECTION_SEED if validation else DEV_SEED,
                         {int(x) for x in args.keep_statements.split(",")} if args.keep_statements else None,
                         args.possessive)
     answered = [o for o in outcomes if o.kind != "absent"]
