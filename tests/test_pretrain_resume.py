@@ -18,7 +18,7 @@ def test_a_paused_and_resumed_curriculum_equals_an_uninterrupted_one(tmp_path, m
     stages = [Stage(24, 2, 1, 2, 2.0, 0.0),  # thresholds never pass
               Stage(40, 2, 1, 2, 2.0, 0.5, fragmented=0.5, keep_best=True)]
     monkeypatch.setattr(pretrain_module, "STAGES", stages)
-    monkeypatch.setattr(pretrain_module.FillerPool, "__init__", _small_pool)
+    monkeypatch.setattr(pretrain_module.FillerPool, "generated", _small_pool)
     monkeypatch.setattr(pretrain_module, "validation_set", lambda tokenizer, n, absent=0: validation_set(tokenizer, n, 60, absent))
     tokenizer = TiktokenTokenizer.byte_level()
     cfg = dict(TINY, max_steps_per_stage=3, checkpoint_every=1, validate_every=1, validation_documents=2)
@@ -39,7 +39,7 @@ def test_a_paused_and_resumed_curriculum_equals_an_uninterrupted_one(tmp_path, m
 
 def test_a_keep_best_stage_ends_on_its_best_validated_weights(tmp_path, monkeypatch):
     monkeypatch.setattr(pretrain_module, "STAGES", [Stage(24, 2, 1, 2, 2.0, 0.0, keep_best=True)])
-    monkeypatch.setattr(pretrain_module.FillerPool, "__init__", _small_pool)
+    monkeypatch.setattr(pretrain_module.FillerPool, "generated", _small_pool)
     monkeypatch.setattr(pretrain_module, "validation_set", lambda tokenizer, n, absent=0: [])
     scores, seen = iter([0.2, 0.6, 0.4]), []
 
@@ -59,7 +59,7 @@ def test_a_keep_best_stage_ends_on_its_best_validated_weights(tmp_path, monkeypa
 
 
 def test_an_averaging_stage_ends_on_the_moving_average_of_its_last_steps(tmp_path, monkeypatch):
-    monkeypatch.setattr(pretrain_module.FillerPool, "__init__", _small_pool)
+    monkeypatch.setattr(pretrain_module.FillerPool, "generated", _small_pool)
     monkeypatch.setattr(pretrain_module, "validation_set", lambda tokenizer, n, absent=0: [])
     cfg = PretrainConfig(**TINY, window=1, validate_every=1, average_decay=0.5)  # passes at step 0, ends at step 3
 
@@ -85,5 +85,5 @@ def test_an_averaging_stage_ends_on_the_moving_average_of_its_last_steps(tmp_pat
     assert not torch.allclose(averaged.state_dict()["model.norm.weight"], raw[3]["model.norm.weight"])
 
 
-def _small_pool(self, tokenizer, split, seed, characters=0):
-    self.tokens = tokenizer.encode("Filler words about the harbour and the mill. " * 200)
+def _small_pool(tokenizer, split, seed, characters=0):
+    return pretrain_module.FillerPool(tokenizer.encode("Filler words about the harbour and the mill. " * 200))

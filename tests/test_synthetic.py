@@ -87,8 +87,7 @@ def test_fragments_keep_whole_runs_in_order():
 
 def test_fragmented_documents_keep_every_statement_whole():
     tokenizer = TiktokenTokenizer.byte_level()
-    pool = FillerPool.__new__(FillerPool)
-    pool.tokens = tokenizer.encode("Filler words about the harbour and the mill. " * 400)
+    pool = FillerPool(tokenizer.encode("Filler words about the harbour and the mill. " * 400))
     rng = random.Random(5)
     facts = facts_for(rng, "train", 3, 0.0)
     whole = qa_example(random.Random(1), tokenizer, pool, 600, facts, 2)

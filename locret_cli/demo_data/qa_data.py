@@ -33,25 +33,28 @@ def filler_block(rng: random.Random, reference: str, paragraph_count: int, chara
 
 
 class FillerPool:
-    """A long token array of mixed filler (template prose, real English, word salad) to cut documents from."""
+    """A long token array of filler to cut documents from: mixed (`generated`) or real prose (`of_paragraphs`)."""
 
-    def __init__(self, tokenizer, split: str, seed: int, characters: int = 1_200_000):
+    def __init__(self, tokens: list[int]):
+        self.tokens = tokens
+
+    @classmethod
+    def generated(cls, tokenizer, split: str, seed: int, characters: int = 1_200_000) -> FillerPool:
+        """Template prose, `split`'s reference text and word salad, in seeded blocks of about `characters` in all."""
         rng = random.Random(seed)
         reference = reference_text(split)
         pieces, size = [], 0
         while size < characters:
             pieces.append(filler_block(rng, reference, paragraph_count=4, characters=2500, words=300))
             size += len(pieces[-1])
-        self.tokens = tokenizer.encode("\n\n".join(pieces))
+        return cls(tokenizer.encode("\n\n".join(pieces)))
 
     @classmethod
     def of_paragraphs(cls, tokenizer, paragraphs: Sequence[str], seed: int) -> FillerPool:
         """A pool of real prose: `paragraphs` (`scripts/prose.py`) in a seeded order."""
-        pool = cls.__new__(cls)
         order = list(paragraphs)
         random.Random(seed).shuffle(order)
-        pool.tokens = tokenizer.encode("\n\n".join(order))
-        return pool
+        return cls(tokenizer.encode("\n\n".join(order)))
 
     def filler(self, rng: random.Random, count: int) -> list[int]:
         """`count` tokens made of 1-4 windows from random places in the pool."""

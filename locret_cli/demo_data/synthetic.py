@@ -74,7 +74,7 @@ def filler_sentence(rng: random.Random) -> str:
 def attribute_fact(rng: random.Random) -> Fact:
     attribute, entity = rng.choice(ATTRIBUTES), f"the {rng.choice(PLACE_NAMES)}"
     value = rng.choice([str(rng.randint(1000, 99999)), rng.choice(NAMES), rng.choice(WORDS)])
-    return Fact(f"The {attribute} of {entity} is {value}.", f"What is the {attribute} of {entity}?", value, "attribute")
+    return stated_attribute(attribute, entity, value)
 
 
 def passkey_fact(rng: random.Random) -> Fact:
@@ -153,7 +153,18 @@ def novel_fact(rng: random.Random, split: str, invented: float = 0.0, pieces: Se
         pseudo_word(rng),
         invented_word(rng, pieces) if pieces else rng.choice(SPLIT_WORDS[split]),
     ])
+    return stated_attribute(attribute, entity, value)
+
+
+def stated_attribute(attribute: str, entity: str, value: str) -> Fact:
+    """"The <attribute> of <entity> is <value>.", asked "What is the <attribute> of <entity>?"."""
     return Fact(f"The {attribute} of {entity} is {value}.", f"What is the {attribute} of {entity}?", value, "attribute")
+
+
+def question_parts(question: str) -> tuple[str, str]:
+    """(attribute, entity) of a question "What is the <attribute> of <entity>?" (`stated_attribute`)."""
+    attribute, entity = question.removeprefix("What is the ").removesuffix("?").split(" of ", 1)
+    return attribute, entity
 
 
 def invented_word(rng: random.Random, pieces: Sequence[str] = ()) -> str:

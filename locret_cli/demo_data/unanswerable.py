@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from locret_cli.embedded import not_stated_reply
 from locret_cli.demo_data.synthetic import (
     ADJECTIVES, NOUNS, OBJECTS, SPLIT_ATTRIBUTES, SUBJECTS, TIMES, VERBS, Fact, invented_word,
-    novel_fact, pseudo_word,
+    novel_fact, pseudo_word, question_parts,
 )
 
 PASSKEY_QUESTION = "What is the pass key?"
@@ -52,8 +52,8 @@ def off_form_question(rng: random.Random, pieces: Sequence[str] = ()) -> str:
 def near_miss(rng: random.Random, fact: Fact, split: str, invented: float, pieces: Sequence[str]) -> str:
     """A question that shares its entity or its attribute with `fact`'s and changes the other half."""
     other = novel_fact(rng, split, invented, pieces).question  # "What is the <attribute> of <entity>?"
-    attribute, entity = fact.question[len("What is the "):-1].split(" of ", 1)
-    other_attribute, other_entity = other[len("What is the "):-1].split(" of ", 1)
+    attribute, entity = question_parts(fact.question)
+    other_attribute, other_entity = question_parts(other)
     if rng.random() < 0.5:
         return f"What is the {other_attribute} of {entity}?"
     return f"What is the {attribute} of {other_entity}?"

@@ -159,7 +159,7 @@ def pretrain(tokenizer, out: Path, cfg: PretrainConfig, log, resume: bool = Fals
     device = torch.device(cfg.device)
     model = LlamaForCausalLM(model_config(tokenizer, cfg)).to(device)
     model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id)
-    pool, prose_pool = FillerPool(tokenizer, "train", cfg.seed), None
+    pool, prose_pool = FillerPool.generated(tokenizer, "train", cfg.seed), None
     pieces = word_pieces(tokenizer)
     started, total_steps, saved, batches, best = time.time(), 0, None, {}, None
     if resume and (out / "pretrain.pt").exists():
