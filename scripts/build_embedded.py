@@ -50,6 +50,8 @@ def main() -> None:
     parser.add_argument("--max-minutes", type=float, default=120.0, help="pretraining time limit")
     parser.add_argument("--from-model", type=Path, help="start pretraining from this model directory's weights")
     parser.add_argument("--from-stage", type=int, help="with --from-model: the stage to start at")
+    parser.add_argument("--no-package", action="store_true",
+                        help="build a candidate in OUT only, leaving the shipped model in the package as it is")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(args.threads)
@@ -96,6 +98,9 @@ def main() -> None:
         log(f"heads: {summary.steps} steps in {summary.seconds:.0f} s ({time.time() - started:.0f} s with loading), "
             f"held-out top-10% overlap {summary.heldout_accuracy:.3f}, peak RSS {summary.peak_bytes / 2**20:.0f} MiB")
 
+    if args.no_package:
+        log(f"candidate in {model_dir} and {heads_dir}; the package was left as it is")
+        return
     PACKAGE.mkdir(exist_ok=True)
     for name in ("config.json", "generation_config.json", "model.safetensors", TIKTOKEN_FILE):
         shutil.copy(model_dir / name, PACKAGE / name)

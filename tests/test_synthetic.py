@@ -9,10 +9,10 @@ import re
 import string
 
 from locret_cli.demo_data.qa_data import FillerPool, facts_for, fragments, prose_text, qa_example, word_pieces
-from locret_cli.demo_data.synthetic import (SPLIT_ATTRIBUTES, SPLIT_KINDS, SPLIT_WORDS, dev_words, english_words,
-                                            novel_fact, passkey_fact)
+from locret_cli.demo_data.synthetic import (POSSESSIVE_ATTRIBUTES, SPLIT_ATTRIBUTES, SPLIT_KINDS, SPLIT_WORDS,
+                                            TRAIN_OWNERS, dev_words, english_words, novel_fact, passkey_fact)
 from locret_cli.tokenizer import TiktokenTokenizer
-from scripts.embedded.validation import OFF_FORM_QUESTIONS, POSSESSIVE_ATTRIBUTES, absent_questions, dev_facts
+from scripts.embedded.validation import OFF_FORM_QUESTIONS, absent_questions, dev_facts
 
 # Pieces that join into dev words ("kennel", "biscuit") or are dev words ("market"): never allowed out whole.
 RISKY_PIECES = ("ken", "nel", "bis", "cuit", "market", "ab", "c", "o")
@@ -151,3 +151,27 @@ def test_possessive_dev_facts_change_only_the_attributes():
             assert after.answer == before.answer and after.question == f"What is the {attribute} of the " \
                 + after.statement.split(" of the ", 1)[1].split(" is ")[0] + "?"
     assert all("'s " in a and a not in SPLIT_ATTRIBUTES["train"] for a in POSSESSIVE_ATTRIBUTES)
+
+
+def test_training_possessives_keep_the_fact_and_never_use_a_dev_owner():
+    dev_owners = {a.split("'")[0] for a in POSSESSIVE_ATTRIBUTES}
+    owners = []
+    for seed in range(200):
+        plain = facts_for(random.Random(seed), "train", 6, 0.3, 0.5, RISKY_PIECES)
+        mixed = facts_for(random.Random(seed), "train", 6, 0.3, 0.5, RISKY_PIECES, possessive=0.5)
+        assert len({f.question for f in mixed}) == len(mixed) == 6
+        if plain[0].kind == "passkey":  # drawn before any attribute, so possessives do not move it
+            assert mixed[0] == plain[0]
+        for fact in mixed:
+            if "'s " not in fact.statement:
+                continue
+            attribute, kind, value = parts(fact.statement)
+            owner, noun = attribute.split("'s ")
+            owners.append(owner)
+            assert owner not in dev_owners and " " not in noun
+            assert fact.question == f"What is the {attribute} of the {fact.statement.split(' of the ', 1)[1].split(' is ')[0]}?"
+            assert fact.answer == value and kind not in SPLIT_KINDS["dev"]
+    assert 0.3 < len(owners) / (200 * 6) < 0.5  # about half the attribute facts; pass keys are never possessive
+    assert set(TRAIN_OWNERS) & set(owners) and set(owners) - set(TRAIN_OWNERS)  # listed owners and made-up ones
+    assert facts_for(random.Random(3), "train", 6, 0.3, 0.5) == facts_for(random.Random(3), "train", 6, 0.3, 0.5,
+                                                                              possessive=0.0)

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import torch
 
 from locret_cli.prompt import build_prompt
-from locret_cli.demo_data.synthetic import Fact, novel_fact, paragraphs, passkey_fact, reference_text, word_salad
+from locret_cli.demo_data.synthetic import (Fact, novel_fact, paragraphs, passkey_fact, possessive_fact, reference_text,
+                                            word_salad)
 from locret_cli.demo_data.unanswerable import absent_fact
 
 IGNORE = -100
@@ -131,14 +132,17 @@ def place_facts(filler: str, facts: list[Fact], rng: random.Random, depths: list
 
 
 def facts_for(rng: random.Random, split: str, count: int, passkey_chance: float, invented: float = 0.0,
-              pieces: Sequence[str] = ()) -> list[Fact]:
+              pieces: Sequence[str] = (), possessive: float = 0.0) -> list[Fact]:
     """`count` facts with distinct questions; one of them a pass key with probability `passkey_chance`; a share
-    `invented` of attribute facts with made-up attributes, some joined from word `pieces` (`novel_fact`)."""
+    `invented` of attribute facts with made-up attributes, some joined from word `pieces` (`novel_fact`), and a
+    share `possessive` with a possessive attribute (`possessive_fact`)."""
     facts: dict[str, Fact] = {}
     if rng.random() < passkey_chance:
         facts["passkey"] = passkey_fact(rng)
     while len(facts) < count:
         fact = novel_fact(rng, split, invented, pieces)
+        if possessive and rng.random() < possessive:  # no draw at 0: data without possessives stay as they were
+            fact = possessive_fact(rng, fact, pieces)
         facts.setdefault(fact.question, fact)
     return list(facts.values())
 

@@ -156,6 +156,24 @@ def novel_fact(rng: random.Random, split: str, invented: float = 0.0, pieces: Se
     return stated_attribute(attribute, entity, value)
 
 
+# Possessive attributes ("the keeper's name of ..."), as users write them. The dev set's are fixed; training's are
+# "<owner>'s <the attribute's last word>", the owner from its own list or made up, never a dev owner.
+POSSESSIVE_ATTRIBUTES = ("keeper's name", "captain's badge", "warden's number", "owner's motto", "porter's code",
+                         "clerk's initials", "guard's password", "cook's ration")
+TRAIN_OWNERS = ("miller", "ranger", "sexton", "ferryman", "smith", "tanner", "bosun", "mason", "herald", "steward")
+
+
+def possessive_fact(rng: random.Random, fact: Fact, pieces: Sequence[str] = ()) -> Fact:
+    """`fact`, a training attribute fact, with a possessive attribute: "The ferryman's code of ... is ...". The
+    owner is one of TRAIN_OWNERS or a made-up word (`invented_word`), never an owner of POSSESSIVE_ATTRIBUTES."""
+    dev_owners = {attribute.split("'")[0] for attribute in POSSESSIVE_ATTRIBUTES}
+    owner = rng.choice(TRAIN_OWNERS) if rng.random() < 0.5 else invented_word(rng, pieces)
+    while owner in dev_owners:
+        owner = invented_word(rng, pieces)
+    attribute, entity = question_parts(fact.question)
+    return stated_attribute(f"{owner}'s {attribute.split()[-1]}", entity, fact.answer)
+
+
 def stated_attribute(attribute: str, entity: str, value: str) -> Fact:
     """"The <attribute> of <entity> is <value>.", asked "What is the <attribute> of <entity>?"."""
     return Fact(f"The {attribute} of {entity} is {value}.", f"What is the {attribute} of {entity}?", value, "attribute")

@@ -45,6 +45,7 @@ class Stage:
     average_last: int = 0  # end on a moving average of the weights (`average_decay`) over this many last steps
     absent: float = 0.0  # share of questions the document does not answer (`unanswerable.py`), answered not stated
     prose: float = 0.0  # share of documents whose filler is real prose (`scripts/prose.py`, MODEL_PACKAGES)
+    possessive: float = 0.0  # share of attribute facts with a possessive attribute (`synthetic.possessive_fact`)
     lr: float | None = None  # peak learning rate, `PretrainConfig.lr` when None
 
 
@@ -64,7 +65,7 @@ STAGES = [Stage(48, 2, 4, 64, 0.9, 0.0), Stage(192, 6, 6, 32, 0.9, 0.35), Stage(
           Stage(1980, 16, 16, 4, 0.95, 0.5, settle=2075, fragmented=0.5, keep_best=True,
                 average_last=75),
           Stage(1980, 16, 16, 4, 0.0, 0.5, settle=500, fragmented=0.5, keep_best=True, average_last=75,
-                absent=0.25, prose=0.3, lr=2e-4)]
+                absent=0.25, prose=0.3, possessive=0.15, lr=2e-4)]
 VALIDATION_ABSENT = 2  # absent questions per validation document in stages that teach them
 
 
@@ -256,7 +257,7 @@ def stage_example(rng: random.Random, tokenizer, spec: Stage, pool: FillerPool, 
     """One training example of stage `spec`, its filler from `prose_pool` with probability `spec.prose`."""
     if spec.prose and rng.random() < spec.prose:  # no draw at 0: earlier stages' data stay as they were
         pool = prose_pool
-    facts = facts_for(rng, "train", spec.facts, 0.3, spec.invented, pieces)
+    facts = facts_for(rng, "train", spec.facts, 0.3, spec.invented, pieces, spec.possessive)
     return qa_example(rng, tokenizer, pool, spec.length, facts, spec.questions, spec.fragmented, spec.absent,
                       lambda r, stated: absent_question(r, stated, "train", spec.invented, pieces))
 

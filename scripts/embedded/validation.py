@@ -16,17 +16,14 @@ import torch
 
 from locret_cli.prompt import build_prompt
 from locret_cli.demo_data.qa_data import IGNORE, Example, answer_text, collate, document_text, prose_text
-from locret_cli.demo_data.synthetic import Fact, novel_fact, passkey_fact, question_parts, stated_attribute
+from locret_cli.demo_data.synthetic import (POSSESSIVE_ATTRIBUTES, Fact, novel_fact, passkey_fact, question_parts,
+                                            stated_attribute)
 from locret_cli.demo_data.unanswerable import PASSKEY_QUESTION, absent_fact, absent_question, near_miss
 
 # Questions of other forms than the model's, for the dev set only: a document never answers them.
 OFF_FORM_QUESTIONS = ("Summarise chapter 3.", "Who wrote this document?", "How many pages does the report have?",
                       "What is the main argument of the second section?", "Why did the project fail?",
                       "List every date mentioned.")
-
-# Possessive attributes, as a user writes them ("the keeper's name of ..."): a form training never used, dev only.
-POSSESSIVE_ATTRIBUTES = ("keeper's name", "captain's badge", "warden's number", "owner's motto", "porter's code",
-                         "clerk's initials", "guard's password", "cook's ration")
 
 # Documents 50,000 + d; the dev set's are 10,000 + 97 * length + d (evaluate.DEV_SEED), 204,000 and up at its lengths.
 VALIDATION_SEED = 50_000
