@@ -161,17 +161,21 @@ def novel_fact(rng: random.Random, split: str, invented: float = 0.0, pieces: Se
 POSSESSIVE_ATTRIBUTES = ("keeper's name", "captain's badge", "warden's number", "owner's motto", "porter's code",
                          "clerk's initials", "guard's password", "cook's ration")
 TRAIN_OWNERS = ("miller", "ranger", "sexton", "ferryman", "smith", "tanner", "bosun", "mason", "herald", "steward")
+DEV_OWNERS = frozenset(attribute.split("'")[0] for attribute in POSSESSIVE_ATTRIBUTES)
 
 
 def possessive_fact(rng: random.Random, fact: Fact, pieces: Sequence[str] = ()) -> Fact:
     """`fact`, a training attribute fact, with a possessive attribute: "The ferryman's code of ... is ...". The
-    owner is one of TRAIN_OWNERS or a made-up word (`invented_word`), never an owner of POSSESSIVE_ATTRIBUTES."""
-    dev_owners = {attribute.split("'")[0] for attribute in POSSESSIVE_ATTRIBUTES}
+    owner is one of TRAIN_OWNERS or a made-up word (`invented_word`), never one of DEV_OWNERS."""
     owner = rng.choice(TRAIN_OWNERS) if rng.random() < 0.5 else invented_word(rng, pieces)
-    while owner in dev_owners:
+    while owner in DEV_OWNERS:
         owner = invented_word(rng, pieces)
-    attribute, entity = question_parts(fact.question)
-    return stated_attribute(f"{owner}'s {attribute.split()[-1]}", entity, fact.answer)
+    return with_attribute(fact, f"{owner}'s {question_parts(fact.question)[0].split()[-1]}")
+
+
+def with_attribute(fact: Fact, attribute: str) -> Fact:
+    """`fact`, an attribute fact, stating `attribute` instead of its own: the same entity and value."""
+    return stated_attribute(attribute, question_parts(fact.question)[1], fact.answer)
 
 
 def stated_attribute(attribute: str, entity: str, value: str) -> Fact:

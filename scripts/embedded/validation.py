@@ -16,8 +16,7 @@ import torch
 
 from locret_cli.prompt import build_prompt
 from locret_cli.demo_data.qa_data import IGNORE, Example, answer_text, collate, document_text, prose_text
-from locret_cli.demo_data.synthetic import (POSSESSIVE_ATTRIBUTES, Fact, novel_fact, passkey_fact, question_parts,
-                                            stated_attribute)
+from locret_cli.demo_data.synthetic import POSSESSIVE_ATTRIBUTES, Fact, novel_fact, passkey_fact, with_attribute
 from locret_cli.demo_data.unanswerable import PASSKEY_QUESTION, absent_fact, absent_question, near_miss
 
 # Questions of other forms than the model's, for the dev set only: a document never answers them.
@@ -51,8 +50,7 @@ def dev_facts(rng: random.Random, attributes: int, passkey: bool, possessive: bo
 
 def with_possessive(fact: Fact) -> Fact:
     """`fact` with a possessive attribute, chosen by its own question so that no other draw moves."""
-    attribute = random.Random(fact.question).choice(POSSESSIVE_ATTRIBUTES)
-    return stated_attribute(attribute, question_parts(fact.question)[1], fact.answer)
+    return with_attribute(fact, random.Random(fact.question).choice(POSSESSIVE_ATTRIBUTES))
 
 
 def prose_document(tokenizer, rng: random.Random, length: int, paragraphs: list[str], attributes: int = 4,
