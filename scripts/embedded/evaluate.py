@@ -129,6 +129,11 @@ def statement_spans(tokenizer, prefix: list[int], text: str, facts, chunk_size: 
     """Each fact's statement as token indices [first, last) of the reading's input, found in the ids the chunked
     read produces (its first token, which may carry the space before it, is located from the second)."""
     ids = [i for chunk in token_chunks(text_document(text), tokenizer, chunk_size, prefix) for i in chunk.ids]
+    return spans_in(tokenizer, ids, facts)
+
+
+def spans_in(tokenizer, ids: list[int], facts) -> list[tuple[int, int]]:
+    """Each fact's statement as [first, last) indices of `ids`, found from its second token."""
     spans = []
     for fact in facts:
         needle = tokenizer.encode(" " + fact.statement)[1:]
