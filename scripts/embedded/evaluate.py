@@ -128,8 +128,12 @@ def fragmented(tokenizer, text: str, facts, keep: float, rng: random.Random) -> 
 def statement_spans(tokenizer, prefix: list[int], text: str, facts, chunk_size: int) -> list[tuple[int, int]]:
     """Each fact's statement as token indices [first, last) of the reading's input, found in the ids the chunked
     read produces (its first token, which may carry the space before it, is located from the second)."""
-    ids = [i for chunk in token_chunks(text_document(text), tokenizer, chunk_size, prefix) for i in chunk.ids]
-    return spans_in(tokenizer, ids, facts)
+    return spans_in(tokenizer, reading_ids(tokenizer, prefix, text, chunk_size), facts)
+
+
+def reading_ids(tokenizer, prefix: list[int], text: str, chunk_size: int) -> list[int]:
+    """The token ids a chunked read of `text` takes in, `prefix` first."""
+    return [i for chunk in token_chunks(text_document(text), tokenizer, chunk_size, prefix) for i in chunk.ids]
 
 
 def spans_in(tokenizer, ids: list[int], facts) -> list[tuple[int, int]]:

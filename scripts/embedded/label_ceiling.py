@@ -34,8 +34,8 @@ from locret_cli.demo_data.qa_data import answer_text
 from locret_cli.training.labels import answer_to_prompt_max
 from scripts import prose
 from scripts.build_embedded import DEFAULTS
-from scripts.embedded.evaluate import SELECTION_SEED, spans_in, statement_spans
-from scripts.embedded.rank_statements import RecordingPolicy
+from scripts.embedded.evaluate import SELECTION_SEED, reading_ids, spans_in
+from scripts.embedded.rank_statements import RecordingPolicy, statement_mask
 from scripts.embedded.validation import prose_document
 
 MASS_FLOOR = 1e-6
@@ -77,13 +77,6 @@ def label_scores(model, tokenizer, document: list[int], facts, pool: int) -> dic
             for name, layers in out.items()}
 
 
-def statement_mask(length: int, spans: list[tuple[int, int]]) -> torch.Tensor:
-    mask = torch.zeros(length, dtype=torch.bool)
-    for first, last in spans:
-        mask[first:last] = True
-    return mask
-
-
 def kept_counts(documents: list[tuple[list[torch.Tensor], list[tuple[int, int]]]], quantile: float) -> list[str]:
     """documents: (per-layer (kv_heads, T) scores, statement spans). 'kept/statements' per layer and KV head."""
     cells = []
@@ -116,10 +109,10 @@ def main() -> None:
     rows: dict[str, list] = {name: [] for name in [*LABELS, *heads]}
     for d in range(args.documents):
         facts, text = prose_document(tokenizer, random.Random(SELECTION_SEED + 97 * 2000 + d), 2000, paragraphs)
-        document = prefix + tokenizer.encode(text)
+        document = reading_ids(tokenizer, prefix, text, settings.chunk_size)  # what labels and heads both see
+        spans = spans_in(tokenizer, document, facts)
         for name, scores in label_scores(model, tokenizer, document, facts, settings.score_pool).items():
-            rows[name].append((scores, spans_in(tokenizer, document, facts)))
-        spans = statement_spans(tokenizer, prefix, text, facts, settings.chunk_size)
+            rows[name].append((scores, spans))
         for name, scorer in heads.items():
             policy = RecordingPolicy(scorer, settings.score_pool)
             Session(loaded, scorer, "locret").read(text_document(text), settings, force=True, policy=policy)

@@ -42,6 +42,14 @@ class RecordingPolicy(LocretPolicy):
         return scores
 
 
+def statement_mask(length: int, spans: list[tuple[int, int]]) -> torch.Tensor:
+    """(length,) bool: True inside any [first, last) of `spans`."""
+    mask = torch.zeros(length, dtype=torch.bool)
+    for first, last in spans:
+        mask[first:last] = True
+    return mask
+
+
 def rank_document(loaded, heads, text: str, facts, settings: Settings, outranking: Counter) -> list[float]:
     """The median rank of each statement's entries, one per statement, layer and KV head; counts the other tokens
     in the top `budget` (at most 200 per layer and head) into `outranking`."""
@@ -49,9 +57,7 @@ def rank_document(loaded, heads, text: str, facts, settings: Settings, outrankin
     prefix = prompt_layout(tokenizer).head_ids
     ids = [i for chunk in token_chunks(text_document(text), tokenizer, settings.chunk_size, prefix) for i in chunk.ids]
     spans = statement_spans(tokenizer, prefix, text, facts, settings.chunk_size)
-    in_statement = torch.zeros(len(ids), dtype=torch.bool)
-    for first, last in spans:
-        in_statement[first:last] = True
+    in_statement = statement_mask(len(ids), spans)
     policy = RecordingPolicy(heads, settings.score_pool)
     Session(loaded, heads, "locret").read(text_document(text), settings, force=True, policy=policy)
     medians = []
