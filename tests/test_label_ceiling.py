@@ -37,6 +37,15 @@ def test_kept_counts_statements_whose_best_score_beats_the_filler_quantile():
     second[50:52] = torch.tensor([0.5, 0.5])  # never above it
     documents = [([first[None]], [(10, 13)]), ([second[None]], [(50, 52)])]
     # the filler, statements left out, is 195 scores; its 0.98 quantile lies between 97 and 98
-    assert kept_counts(documents, 0.98) == ["1/2"]
-    assert kept_counts(documents, 0.5) == ["1/2"]  # 0.5 scores below the filler's median; 98.5 above
-    assert kept_counts(documents, 0.0) == ["2/2"]
+    assert kept_counts(documents, 0.98, 0) == ["1/2"]
+    assert kept_counts(documents, 0.5, 0) == ["1/2"]  # 0.5 scores below the filler's median; 98.5 above
+    assert kept_counts(documents, 0.0, 0) == ["2/2"]
+
+
+def test_kept_counts_leave_out_of_the_filler_the_entries_a_pool_gave_a_statements_score():
+    scores = torch.zeros(100)
+    scores[38:45] = 5.0  # a statement at 40-43 whose pool (reach 2) spread its best score to two entries each side
+    documents = [([scores[None]], [(40, 43)])]
+    assert kept_counts(documents, 0.99, 0) == ["0/1"]  # its neighbours set the filler's tail at its own score
+    assert kept_counts(documents, 0.99, 2) == ["1/1"]
+    assert kept_counts(documents, 0.99, 1) == ["0/1"]  # one neighbour left each side is still 2 of 95 entries

@@ -3,15 +3,17 @@ the share of statements whose best score beats the score a filler entry needs to
 (budget − stabilizers) entries of a `--length`-token document, per layer and KV head.
 
     python -m scripts.embedded.label_ceiling --documents 12 --prose-packages runs/prose-packages \\
-        [--heads locret_cli/embedded_model/heads other/heads]
+        [--heads locret_cli/embedded_model/heads other/heads] [--model runs/candidate/model]
 
 Scorers: the paper's label (the max over answer positions and the KV group's query heads of the pre-softmax score,
 `training/labels.py`), the attention mass (the log of the attention the answer pays the entry, summed over answer
 positions and query heads), both maxed over the document's questions as the `oracle` policy takes them, so they
-know the questions; and each `--heads`' own scores, which do not. Every score is pooled as the engine pools it
-(`--score-pool`). The threshold is the filler's quantile 1 − (budget − stabilizers) / length over all documents:
-a statement below it is, at that length, outranked by that many filler entries. Validation documents (seeds and
-prose of `evaluate.py --split validation`), so the figures never tune on the dev set.
+know the questions; and the shipped heads' and each `--heads`' own scores, which do not. `--model` takes a
+candidate model's labels instead of the shipped one's (its heads then only through `--heads`). Every score is
+pooled as the engine pools it (`--score-pool`). The threshold is the filler's quantile 1 − (budget − stabilizers)
+/ length over all documents: a statement below it is, at that length, outranked by that many filler entries.
+Validation documents (seeds and prose of `evaluate.py --split validation`), so the figures never tune on the dev
+set.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from locret_cli.bench.tasks import text_document
 from locret_cli.embedded import load_embedded
 from locret_cli.engine import Settings
 from locret_cli.heads import load_heads
+from locret_cli.loading import load_model
 from locret_cli.probe import observe_attention
 from locret_cli.prompt import build_prompt, prompt_layout
 from locret_cli.demo_data.qa_data import answer_text
@@ -77,12 +80,16 @@ def label_scores(model, tokenizer, document: list[int], facts, pool: int) -> dic
             for name, layers in out.items()}
 
 
-def kept_counts(documents: list[tuple[list[torch.Tensor], list[tuple[int, int]]]], quantile: float) -> list[str]:
-    """documents: (per-layer (kv_heads, T) scores, statement spans). 'kept/statements' per layer and KV head."""
+def kept_counts(documents: list[tuple[list[torch.Tensor], list[tuple[int, int]]]], quantile: float,
+                reach: int) -> list[str]:
+    """documents: (per-layer (kv_heads, T) scores, statement spans). 'kept/statements' per layer and KV head. The
+    filler is every entry more than `reach` from a statement: a nearer one took a statement's score in the pool,
+    which at 128K, with the statements 0.1% of the entries, is no part of the filler's tail."""
     cells = []
     for layer in range(len(documents[0][0])):
         for head in range(documents[0][0][layer].shape[0]):
-            filler = torch.cat([s[layer][head][~statement_mask(s[layer].shape[-1], sp)] for s, sp in documents])
+            filler = torch.cat([s[layer][head][~statement_mask(s[layer].shape[-1], sp, reach)]
+                                for s, sp in documents])
             threshold = filler.quantile(quantile)
             kept = sum(int(s[layer][head][a:b].max() > threshold) for s, sp in documents for a, b in sp)
             cells.append(f"{kept}/{sum(len(sp) for _, sp in documents)}")
@@ -94,18 +101,23 @@ def main() -> None:
     parser.add_argument("--documents", type=int, default=12)
     parser.add_argument("--length", type=int, default=128000, help="the document length the threshold stands for")
     parser.add_argument("--heads", type=Path, nargs="*", default=[], help="heads whose own scores to rank too")
+    parser.add_argument("--model", type=Path, help="a candidate model directory (default: the shipped model)")
     parser.add_argument("--prose-packages", type=Path, help="prose.py's `pip install --target` folder")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    loaded, shipped = load_embedded()
+    if args.model:
+        loaded, own = load_model(str(args.model), device="cpu", dtype="auto"), {}
+    else:
+        loaded, shipped = load_embedded()
+        own = {"shipped heads": shipped}
     tokenizer, model = loaded.tokenizer, loaded.model
     settings = Settings(budget=4096, chunk_size=DEFAULTS["chunk_size"], stabilizers=DEFAULTS["stabilizers"],
                         score_pool=DEFAULTS["score_pool"], max_new_tokens=4)  # a budget no 2,000 tokens reach
     quantile = 1 - (DEFAULTS["budget"] - DEFAULTS["stabilizers"]) / args.length
     paragraphs = prose.paragraphs(prose.TRAIN_PACKAGES, args.prose_packages)
     prefix = prompt_layout(tokenizer).head_ids
-    heads = {"shipped heads": shipped} | {f"heads {p}": load_heads(p, model) for p in args.heads}
+    heads = own | {f"heads {p}": load_heads(p, model) for p in args.heads}
     rows: dict[str, list] = {name: [] for name in [*LABELS, *heads]}
     for d in range(args.documents):
         facts, text = prose_document(tokenizer, random.Random(SELECTION_SEED + 97 * 2000 + d), 2000, paragraphs)
@@ -117,12 +129,12 @@ def main() -> None:
             policy = RecordingPolicy(scorer, settings.score_pool)
             Session(loaded, scorer, "locret").read(text_document(text), settings, force=True, policy=policy)
             rows[name].append(([torch.cat(policy.scores[i], -1) for i in sorted(policy.scores)], spans))
-    columns = [f"layer {layer} KV {head}" for layer in range(len(rows["shipped heads"][0][0]))
-               for head in range(rows["shipped heads"][0][0][0].shape[0])]
+    first = rows[next(iter(LABELS))][0][0]
+    columns = [f"layer {layer} KV {head}" for layer in range(len(first)) for head in range(first[0].shape[0])]
     print(f"statements above the top {DEFAULTS['budget'] - DEFAULTS['stabilizers']:,} of {args.length:,} entries\n")
     print("| scorer | " + " | ".join(columns) + " |\n|---|" + "---:|" * len(columns))
     for name, documents in rows.items():
-        print(f"| {name} | " + " | ".join(kept_counts(documents, quantile)) + " |")
+        print(f"| {name} | " + " | ".join(kept_counts(documents, quantile, settings.score_pool // 2)) + " |")
 
 
 if __name__ == "__main__":

@@ -5,6 +5,10 @@ heads' CIS, pooled as the engine pools it), and which other tokens rank in the t
 
 Scores never change once given, so what a long read keeps is close to the top (budget − stabilizers) by score, plus
 the last stabilizers: a statement entry ranked past the budget is almost surely evicted.
+
+A second table looks at the last layer alone, whose cache the answer reads the fact from (docs/embedded-model.md):
+per statement and KV head, where its best-scored entry ranks, and the share of its entries the cache holds when
+the read ends.
 """
 
 from __future__ import annotations
@@ -42,34 +46,42 @@ class RecordingPolicy(LocretPolicy):
         return scores
 
 
-def statement_mask(length: int, spans: list[tuple[int, int]]) -> torch.Tensor:
-    """(length,) bool: True inside any [first, last) of `spans`."""
+def statement_mask(length: int, spans: list[tuple[int, int]], reach: int = 0) -> torch.Tensor:
+    """(length,) bool: True inside any [first − reach, last + reach) of `spans`."""
     mask = torch.zeros(length, dtype=torch.bool)
     for first, last in spans:
-        mask[first:last] = True
+        mask[max(0, first - reach):last + reach] = True
     return mask
 
 
-def rank_document(loaded, heads, text: str, facts, settings: Settings, outranking: Counter) -> list[float]:
+def rank_document(loaded, heads, text: str, facts, settings: Settings,
+                  outranking: Counter) -> tuple[list[float], list[tuple[int, float]]]:
     """The median rank of each statement's entries, one per statement, layer and KV head; counts the other tokens
-    in the top `budget` (at most 200 per layer and head) into `outranking`."""
+    in the top `budget` (at most 200 per layer and head) into `outranking`. Also, in the last layer, per attribute
+    statement and KV head: (the rank of its best-scored entry, the share of its entries held when the read ends)."""
     tokenizer = loaded.tokenizer
     prefix = prompt_layout(tokenizer).head_ids
     ids = [i for chunk in token_chunks(text_document(text), tokenizer, settings.chunk_size, prefix) for i in chunk.ids]
     spans = statement_spans(tokenizer, prefix, text, facts, settings.chunk_size)
     in_statement = statement_mask(len(ids), spans)
     policy = RecordingPolicy(heads, settings.score_pool)
-    Session(loaded, heads, "locret").read(text_document(text), settings, force=True, policy=policy)
-    medians = []
-    for chunks in policy.scores.values():
-        for head_scores in torch.cat(chunks, dim=-1):
+    reading = Session(loaded, heads, "locret").read(text_document(text), settings, force=True, policy=policy)
+    medians, last_layer = [], []
+    final = max(policy.scores)
+    held = reading.engine.cache.layers[final].origins[0]  # (kv_heads, entries)
+    for layer, chunks in policy.scores.items():
+        for head, head_scores in enumerate(torch.cat(chunks, dim=-1)):
             order = head_scores.argsort(descending=True)
             rank = torch.empty_like(order)
             rank[order] = torch.arange(len(order))
-            medians += [rank[first:last].float().median().item() for first, last in spans]
+            medians += [rank[first:end].float().median().item() for first, end in spans]
             top = order[: settings.budget]
             outranking.update(tokenizer.decode([ids[t]]) for t in top[~in_statement[top]][:200].tolist())
-    return medians
+            if layer == final:
+                last_layer += [(int(rank[first:end].min()),
+                                ((held[head] >= first) & (held[head] < end)).sum().item() / (end - first))
+                               for (first, end), fact in zip(spans, facts) if fact.kind == "attribute"]
+    return medians, last_layer
 
 
 def main() -> None:
@@ -86,17 +98,27 @@ def main() -> None:
     paragraphs = prose.paragraphs(prose.DEV_PACKAGES, args.prose_packages)
     print("| filler | median rank of a statement's entries | statements ranked within the budget | "
           "tokens most often in the top budget, statements left out |\n|---|---:|---:|---|")
+    chosen = settings.budget - settings.stabilizers
+    lasts = {}
     for filler in ("generated", "prose"):
-        medians, outranking = [], Counter()
+        medians, outranking, lasts[filler] = [], Counter(), []
         for d in range(args.documents):
             rng = random.Random(DEV_SEED + 97 * args.length + d)
             facts, text = (prose_document(loaded.tokenizer, rng, args.length, paragraphs) if filler == "prose"
                            else dev_document(loaded.tokenizer, rng, args.length))
-            medians += rank_document(loaded, heads, text, facts, settings, outranking)
+            document_medians, document_last = rank_document(loaded, heads, text, facts, settings, outranking)
+            medians, lasts[filler] = medians + document_medians, lasts[filler] + document_last
         medians.sort()
         within = sum(m < settings.budget for m in medians) / len(medians)
         common = ", ".join(repr(t) for t, _ in outranking.most_common(12))
         print(f"| {filler} | {medians[len(medians) // 2]:,.0f} | {within:.0%} | {common} |")
+    print(f"\nlast layer, attribute statements and KV heads: best entry ranked within {chosen:,}, and the share of "
+          f"entries held at the end\n\n| filler | best entry within {chosen:,} | share held: median | whole (90% "
+          "or more) | none |\n|---|---:|---:|---:|---:|")
+    for filler, rows in lasts.items():
+        shares = sorted(share for _, share in rows)
+        print(f"| {filler} | {sum(best < chosen for best, _ in rows)}/{len(rows)} | {shares[len(shares) // 2]:.0%} | "
+              f"{sum(s >= 0.9 for s in shares)}/{len(rows)} | {sum(s == 0 for s in shares)}/{len(rows)} |")
 
 
 if __name__ == "__main__":
