@@ -8,7 +8,8 @@ the last stabilizers: a statement entry ranked past the budget is almost surely 
 
 A second table looks at the last layer alone, whose cache the answer reads the fact from (docs/embedded-model.md):
 per statement and KV head, where its best-scored entry ranks, and the share of its entries the cache holds when
-the read ends.
+the read ends; and what its top (budget − stabilizers) entries outside the statements are: the share on " is" or
+the 4 tokens after it, where a statement's value sits, against that share of the whole document.
 """
 
 from __future__ import annotations
@@ -55,10 +56,12 @@ def statement_mask(length: int, spans: list[tuple[int, int]], reach: int = 0) ->
 
 
 def rank_document(loaded, heads, text: str, facts, settings: Settings,
-                  outranking: Counter) -> tuple[list[float], list[tuple[int, float]]]:
+                  outranking: Counter) -> tuple[list[float], list[tuple[int, float]], list[tuple[float, float]]]:
     """The median rank of each statement's entries, one per statement, layer and KV head; counts the other tokens
     in the top `budget` (at most 200 per layer and head) into `outranking`. Also, in the last layer, per attribute
-    statement and KV head: (the rank of its best-scored entry, the share of its entries held when the read ends)."""
+    statement and KV head: (the rank of its best-scored entry, the share of its entries held when the read ends);
+    and per KV head: (the share of its top budget − stabilizers entries outside the statements' pools that lie
+    `after_is`, the share of all entries that do)."""
     tokenizer = loaded.tokenizer
     prefix = prompt_layout(tokenizer).head_ids
     ids = [i for chunk in token_chunks(text_document(text), tokenizer, settings.chunk_size, prefix) for i in chunk.ids]
@@ -66,7 +69,8 @@ def rank_document(loaded, heads, text: str, facts, settings: Settings,
     in_statement = statement_mask(len(ids), spans)
     policy = RecordingPolicy(heads, settings.score_pool)
     reading = Session(loaded, heads, "locret").read(text_document(text), settings, force=True, policy=policy)
-    medians, last_layer = [], []
+    medians, last_layer, clauses = [], [], []
+    near_statement, clause_ends = statement_mask(len(ids), spans, settings.score_pool // 2), after_is(tokenizer, ids)
     final = max(policy.scores)
     held = reading.engine.cache.layers[final].origins[0]  # (kv_heads, entries)
     for layer, chunks in policy.scores.items():
@@ -81,7 +85,19 @@ def rank_document(loaded, heads, text: str, facts, settings: Settings,
                 last_layer += [(int(rank[first:end].min()),
                                 ((held[head] >= first) & (held[head] < end)).sum().item() / (end - first))
                                for (first, end), fact in zip(spans, facts) if fact.kind == "attribute"]
-    return medians, last_layer
+                chosen = order[: settings.budget - settings.stabilizers]
+                chosen = chosen[~near_statement[chosen]]
+                clauses.append((clause_ends[chosen].float().mean().item(), clause_ends.float().mean().item()))
+    return medians, last_layer, clauses
+
+
+def after_is(tokenizer, ids: list[int], reach: int = 4) -> torch.Tensor:
+    """(len(ids),) bool: the token " is" and the `reach` tokens after each, where a statement's value sits."""
+    marks = torch.tensor(ids) == tokenizer.encode(" is")[-1]
+    near = marks.clone()
+    for step in range(1, reach + 1):
+        near[step:] |= marks[:-step]
+    return near
 
 
 def main() -> None:
@@ -99,26 +115,31 @@ def main() -> None:
     print("| filler | median rank of a statement's entries | statements ranked within the budget | "
           "tokens most often in the top budget, statements left out |\n|---|---:|---:|---|")
     chosen = settings.budget - settings.stabilizers
-    lasts = {}
+    lasts, clauses = {}, {}
     for filler in ("generated", "prose"):
-        medians, outranking, lasts[filler] = [], Counter(), []
+        medians, outranking, lasts[filler], clauses[filler] = [], Counter(), [], []
         for d in range(args.documents):
             rng = random.Random(DEV_SEED + 97 * args.length + d)
             facts, text = (prose_document(loaded.tokenizer, rng, args.length, paragraphs) if filler == "prose"
                            else dev_document(loaded.tokenizer, rng, args.length))
-            document_medians, document_last = rank_document(loaded, heads, text, facts, settings, outranking)
+            document_medians, document_last, document_clauses = rank_document(loaded, heads, text, facts, settings,
+                                                                              outranking)
             medians, lasts[filler] = medians + document_medians, lasts[filler] + document_last
+            clauses[filler] += document_clauses
         medians.sort()
         within = sum(m < settings.budget for m in medians) / len(medians)
         common = ", ".join(repr(t) for t, _ in outranking.most_common(12))
         print(f"| {filler} | {medians[len(medians) // 2]:,.0f} | {within:.0%} | {common} |")
     print(f"\nlast layer, attribute statements and KV heads: best entry ranked within {chosen:,}, and the share of "
-          f"entries held at the end\n\n| filler | best entry within {chosen:,} | share held: median | whole (90% "
-          "or more) | none |\n|---|---:|---:|---:|---:|")
+          f"entries held at the end; of its top {chosen:,} outside the statements, the share on \" is\" or the 4 "
+          f"tokens after it (in the whole document)\n\n| filler | best entry within {chosen:,} | share held: median | "
+          "whole (90% or more) | none | top entries after \" is\" |\n|---|---:|---:|---:|---:|---:|")
     for filler, rows in lasts.items():
         shares = sorted(share for _, share in rows)
+        top, base = (sum(c[i] for c in clauses[filler]) / len(clauses[filler]) for i in (0, 1))
         print(f"| {filler} | {sum(best < chosen for best, _ in rows)}/{len(rows)} | {shares[len(shares) // 2]:.0%} | "
-              f"{sum(s >= 0.9 for s in shares)}/{len(rows)} | {sum(s == 0 for s in shares)}/{len(rows)} |")
+              f"{sum(s >= 0.9 for s in shares)}/{len(rows)} | {sum(s == 0 for s in shares)}/{len(rows)} | "
+              f"{top:.0%} ({base:.1%}) |")
 
 
 if __name__ == "__main__":
