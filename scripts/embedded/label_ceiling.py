@@ -86,10 +86,10 @@ def kept_counts(documents: list[tuple[list[torch.Tensor], list[tuple[int, int]]]
     filler is every entry more than `reach` from a statement: a nearer one took a statement's score in the pool,
     which at 128K, with the statements 0.1% of the entries, is no part of the filler's tail."""
     cells = []
+    fillers = [~statement_mask(s[0].shape[-1], sp, reach) for s, sp in documents]
     for layer in range(len(documents[0][0])):
         for head in range(documents[0][0][layer].shape[0]):
-            filler = torch.cat([s[layer][head][~statement_mask(s[layer].shape[-1], sp, reach)]
-                                for s, sp in documents])
+            filler = torch.cat([s[layer][head][mask] for (s, _), mask in zip(documents, fillers)])
             threshold = filler.quantile(quantile)
             kept = sum(int(s[layer][head][a:b].max() > threshold) for s, sp in documents for a, b in sp)
             cells.append(f"{kept}/{sum(len(sp) for _, sp in documents)}")

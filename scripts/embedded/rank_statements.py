@@ -23,14 +23,13 @@ import torch
 
 from locret_cli.api import Session
 from locret_cli.bench.tasks import text_document
-from locret_cli.documents import token_chunks
 from locret_cli.embedded import load_embedded
 from locret_cli.engine import Settings
 from locret_cli.policies.locret import LocretPolicy
 from locret_cli.prompt import prompt_layout
 from scripts import prose
 from scripts.build_embedded import DEFAULTS
-from scripts.embedded.evaluate import DEV_SEED, statement_spans
+from scripts.embedded.evaluate import DEV_SEED, reading_ids, spans_in
 from scripts.embedded.validation import dev_document, prose_document
 
 
@@ -64,8 +63,8 @@ def rank_document(loaded, heads, text: str, facts, settings: Settings,
     `after_is`, the share of all entries that do)."""
     tokenizer = loaded.tokenizer
     prefix = prompt_layout(tokenizer).head_ids
-    ids = [i for chunk in token_chunks(text_document(text), tokenizer, settings.chunk_size, prefix) for i in chunk.ids]
-    spans = statement_spans(tokenizer, prefix, text, facts, settings.chunk_size)
+    ids = reading_ids(tokenizer, prefix, text, settings.chunk_size)
+    spans = spans_in(tokenizer, ids, facts)
     in_statement = statement_mask(len(ids), spans)
     policy = RecordingPolicy(heads, settings.score_pool)
     reading = Session(loaded, heads, "locret").read(text_document(text), settings, force=True, policy=policy)
