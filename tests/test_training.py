@@ -14,7 +14,7 @@ from locret_cli.errors import LocretError
 from locret_cli.heads import load_heads
 from locret_cli.loading import load_model
 from locret_cli.training import TrainConfig, train_heads
-from locret_cli.training.data import load_records, tokenize
+from locret_cli.training.data import Record, load_records, tokenize
 from locret_cli.training.trainer import HeadTrainer
 
 runner = CliRunner()
@@ -140,3 +140,25 @@ def test_cli_trains_refuses_to_overwrite_and_reports_bad_data(tmp_path, model_di
     (tmp_path / "bad.jsonl").write_text("nonsense\n")
     bad = runner.invoke(app, [*args[:4], str(tmp_path / "bad.jsonl"), *args[5:], "--overwrite"])
     assert bad.exit_code == 1 and "no usable records" in bad.stderr and "line 1" in bad.stderr
+
+
+def test_keep_passages_mark_their_tokens_through_the_middle_cut(tmp_path, model_dir):
+    path = tmp_path / "d.jsonl"
+    filler = " ".join(f"word{i}" for i in range(60))
+    rows = [{"prompt": f"The code is 4821. {filler} The bell is 77. Which code?", "answer": "4821",
+             "keep": ["is 4821.", "is 77."]},
+            {"prompt": "p", "answer": "a", "keep": ["absent"]}, {"prompt": "p", "answer": "a", "keep": "p"}]
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    warnings = []
+    records = load_records(path, warnings.append)
+    assert [r.keep for r in records] == [["is 4821.", "is 77."]]
+    assert ["is not in the prompt" in warnings[0], "list of non-empty strings" in warnings[1]] == [True, True]
+    loaded = load_model(str(model_dir), device="cpu", dtype="fp32")
+    whole, = tokenize(records, loaded.tokenizer, loaded.model, 10240)
+    text = loaded.tokenizer.decode([whole.prompt_ids[i] for i in whole.keep])
+    assert text.replace(" ", "") == "is4821.is77."
+    assert whole.prompt_ids == tokenize([Record(records[0].prompt, "4821")], loaded.tokenizer, loaded.model,
+                                        10240)[0].prompt_ids  # marking does not change the ids
+    cut, = tokenize(records, loaded.tokenizer, loaded.model, len(whole.prompt_ids) - 40)
+    assert len(cut.prompt_ids) == len(whole.prompt_ids) - 40
+    assert [cut.prompt_ids[i] for i in cut.keep] == [whole.prompt_ids[i] for i in whole.keep]

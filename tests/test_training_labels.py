@@ -13,7 +13,7 @@ from locret_cli.training import labels as labels_module
 from locret_cli.training import trainer as trainer_module
 from locret_cli.training.data import TokenizedExample
 from locret_cli.training.labels import compute_labels
-from locret_cli.training.trainer import HeadTrainer, TrainConfig, rank_loss, top_overlap
+from locret_cli.training.trainer import HeadTrainer, TrainConfig, keep_loss, rank_loss, top_overlap
 
 
 def brute_force_labels(model, family, ids: list[int], prompt_length: int) -> torch.Tensor:
@@ -94,3 +94,26 @@ def test_rank_weight_adds_the_rank_loss_to_each_step(tmp_path, llama):
         losses[weight] = trainer.run_example(0, train=False)
     assert losses[1.0][0] > losses[0.0][0]
     assert losses[1.0][1:] == losses[0.0][1:]
+
+
+def test_keep_loss_wants_kept_tokens_above_the_top_of_the_rest():
+    keep = torch.tensor([1, 3])
+    above = torch.tensor([[0.0, 0.0], [9.0, 8.0], [1.0, 2.0], [7.0, 9.0], [2.0, 1.0]])  # (5 tokens, 2 KV heads)
+    below = torch.tensor([[0.0, 0.0], [1.0, 8.0], [9.0, 2.0], [7.0, 9.0], [2.0, 1.0]])  # token 2 outscores token 1
+    assert keep_loss(above, keep, 0.01) < 0.01 < 1.0 < keep_loss(below, keep, 0.01)
+    # only the top share of the other tokens counts: lowering the rest's lesser scores changes nothing
+    assert keep_loss(above, keep, 0.3) == keep_loss(above - torch.tensor([[5.0, 5.0], [0, 0], [0, 0], [0, 0], [0, 0]]),
+                                                    keep, 0.3)
+
+
+def test_keep_weight_adds_the_keep_loss_only_where_data_name_passages(tmp_path, llama):
+    kept = TokenizedExample([3, 9, 4, 17, 5, 6, 11], [7, 8, 2], keep=[2, 3])
+    plain = TokenizedExample([3, 9, 4, 17, 5, 6, 11], [7, 8, 2])
+    losses = {}
+    for weight in (0.0, 1.0):
+        trainer = HeadTrainer(llama, [kept, plain], tmp_path / str(weight), TrainConfig(steps=1, hidden=8,
+                                                                                       keep_weight=weight))
+        losses[weight] = [trainer.run_example(i, train=False) for i in (0, 1)]
+    assert losses[1.0][0][0] > losses[0.0][0][0]
+    assert losses[1.0][0][1:] == losses[0.0][0][1:]
+    assert losses[1.0][1] == losses[0.0][1]

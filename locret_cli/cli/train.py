@@ -31,6 +31,11 @@ def train(
     rank_weight: Annotated[float, typer.Option(
         help="Weight β of the ranking loss KL(softmax(label) ‖ softmax(pred)) over each prompt's tokens. "
              "0: the paper's loss.")] = 0.0,
+    keep_weight: Annotated[float, typer.Option(
+        help="Weight γ of the keep loss, which ranks the tokens of each record's 'keep' passages above the others' "
+             "top --keep-against share. 0: off.")] = 0.0,
+    keep_against: Annotated[float, typer.Option(
+        help="Share of each prompt's other tokens, its highest scored, that kept tokens must outscore.")] = 0.01,
     hidden: Annotated[int, typer.Option(help="Hidden width of each head.")] = 1024,
     max_len: Annotated[int, typer.Option(help="Prompts longer than this many tokens are cut in the middle.")] = 10240,
     save_every: Annotated[int, typer.Option(help="Checkpoint every N steps.")] = 500,
@@ -52,7 +57,8 @@ def train(
     quiet_libraries()
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     config = TrainConfig(steps=steps, lr=lr, betas=(beta1, beta2), weight_decay=weight_decay, warmup=warmup,
-                         clip_value=clip_value, smooth_weight=smooth_weight, rank_weight=rank_weight, hidden=hidden,
+                         clip_value=clip_value, smooth_weight=smooth_weight, rank_weight=rank_weight,
+                         keep_weight=keep_weight, keep_against=keep_against, hidden=hidden,
                          save_every=save_every, eval_fraction=eval_fraction, seed=seed)
     with err.status(f"loading {model}", spinner="dots"):
         loaded = load_model(model, device, dtype, load_4bit, trust_remote_code)

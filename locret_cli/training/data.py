@@ -4,17 +4,21 @@ Bad records are reported by line (JSONL) or index (JSON) and skipped; if nothing
 one clear error. Prompts are laid out as `locret ask` lays them out (`prompt.prompt_layout`: the template's head,
 the prompt as text, the template's tail), and the prompt is cut in the middle so the whole fits `max_len` tokens,
 keeping the start and the question at the end. Answers end with the token the template ends a turn with.
+
+A record may also name passages of its prompt that eviction must keep whatever the question: `"keep": ["is 4821.",
+...]`, each found at its first place in the prompt. Their tokens become the example's `keep` indices, which
+`--keep-weight` ranks above the rest (`trainer.keep_loss`).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from locret_cli.errors import LocretError
 from locret_cli.prompt import end_of_turn_id, prompt_layout
-from locret_cli.tokenizer import encode_text
+from locret_cli.tokenizer import encode_text, encode_text_with_offsets
 
 ASSISTANT_ROLES = {"gpt", "assistant", "model", "bot"}
 
@@ -23,12 +27,14 @@ ASSISTANT_ROLES = {"gpt", "assistant", "model", "bot"}
 class Record:
     prompt: str
     answer: str
+    keep: list[str] = field(default_factory=list)  # passages of the prompt to keep whatever the question
 
 
 @dataclass
 class TokenizedExample:
     prompt_ids: list[int]
     answer_ids: list[int]
+    keep: list[int] = field(default_factory=list)  # indices into prompt_ids of the `keep` passages' tokens
 
 
 def load_records(path: str | Path, warn) -> list[Record]:
@@ -85,7 +91,13 @@ def _record(item) -> tuple[Record | None, str]:
             return None, "needs string fields 'prompt' and 'answer'"
     if not prompt.strip() or not answer.strip():
         return None, "empty prompt or answer"
-    return Record(prompt, answer), ""
+    keep = item.get("keep", [])
+    if not isinstance(keep, list) or not all(isinstance(k, str) and k for k in keep):
+        return None, "'keep' must be a list of non-empty strings"
+    missing = next((k for k in keep if k not in prompt), None)
+    if missing is not None:
+        return None, f"'keep' passage {missing[:40]!r} is not in the prompt"
+    return Record(prompt, answer, keep), ""
 
 
 def tokenize(records: list[Record], tokenizer, model, max_len: int) -> list[TokenizedExample]:
@@ -98,10 +110,22 @@ def tokenize(records: list[Record], tokenizer, model, max_len: int) -> list[Toke
         raise LocretError(f"--max-len {max_len} leaves no room for a prompt inside this model's chat template")
     examples = []
     for record in records:
-        content = encode_text(tokenizer, record.prompt)
+        content, kept = _encode_marking(tokenizer, record.prompt, record.keep)
         if len(content) > room:
-            head = room // 2
-            content = content[:head] + content[len(content) - (room - head):]
+            head, tail = room // 2, len(content) - (room - room // 2)
+            content, kept = content[:head] + content[tail:], kept[:head] + kept[tail:]
         answer_ids = encode_text(tokenizer, record.answer) + [end]
-        examples.append(TokenizedExample(layout.head_ids + content + layout.tail_ids, answer_ids))
+        keep = [len(layout.head_ids) + i for i, marked in enumerate(kept) if marked]
+        examples.append(TokenizedExample(layout.head_ids + content + layout.tail_ids, answer_ids, keep))
     return examples
+
+
+def _encode_marking(tokenizer, text: str, passages: list[str]) -> tuple[list[int], list[bool]]:
+    """`text`'s ids, and for each token whether it overlaps one of `passages` (each at its first place in `text`)."""
+    if not passages:
+        ids = encode_text(tokenizer, text)
+        return ids, [False] * len(ids)
+    ids, starts = encode_text_with_offsets(tokenizer, text)
+    ends = starts[1:] + [len(text)]
+    spans = [(text.index(p), text.index(p) + len(p)) for p in passages]
+    return ids, [any(s < b and a < e for a, b in spans) for s, e in zip(starts, ends)]

@@ -43,6 +43,8 @@ class TrainConfig:
     clip_value: float = 0.5
     smooth_weight: float = 0.0025
     rank_weight: float = 0.0  # 0: the paper's loss; > 0 adds β·rank_loss, which weighs the top of the ranking
+    keep_weight: float = 0.0  # > 0 adds γ·keep_loss on examples whose data name passages to keep
+    keep_against: float = 0.01  # keep_loss sets kept tokens against this top share of the other tokens
     hidden: int = 1024
     save_every: int = 500
     eval_fraction: float = 0.05
@@ -53,7 +55,7 @@ class TrainConfig:
 class StepReport:
     step: int
     steps: int
-    loss: float  # SmoothL1, plus rank_weight · rank_loss
+    loss: float  # SmoothL1, plus rank_weight · rank_loss and keep_weight · keep_loss
     smooth: float
     accuracy: float  # top-10% overlap, mean over layers and KV heads
     tokens_per_s: float
@@ -91,6 +93,19 @@ def rank_loss(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     its mass lies on the few top-labelled tokens. The term is small when the prediction puts those tokens on top of
     its own ranking, whatever it predicts for the rest, which SmoothL1 weighs alike. pred, target: (T, kv_heads)."""
     return F.kl_div(pred.log_softmax(0), target.log_softmax(0), log_target=True, reduction="sum") / pred.shape[1]
+
+
+def keep_loss(pred: torch.Tensor, keep: torch.Tensor, against: float) -> torch.Tensor:
+    """Mean softplus(pred[j] − pred[i]) over kept tokens i, the top `against` share j of the other tokens by pred,
+    and KV heads: small when every kept token outscores the others' top, which is what a bounded cache keeps.
+
+    The labels come from one question's answer, so they cannot say that a statement another question would ask must
+    stay too; data that know it name it (`data.Record.keep`). pred: (T, kv_heads); keep: (K,) indices into T."""
+    others = torch.ones(pred.shape[0], dtype=torch.bool, device=pred.device)
+    others[keep] = False
+    rest = pred[others]
+    hardest = rest.topk(max(1, math.ceil(against * rest.shape[0])), dim=0).values  # (k, kv_heads)
+    return F.softplus(hardest[None] - pred[keep][:, None]).mean()
 
 
 class HeadTrainer:
@@ -143,6 +158,7 @@ class HeadTrainer:
         layers = len(self.heads.layers)
         fits, smooths, overlaps = [0.0] * layers, [0.0] * layers, [0.0] * layers
         inputs: dict[int, torch.Tensor] = {}
+        keep = torch.tensor(example.keep, device=self.model.device) if example.keep else None
 
         def on_qkv(layer_idx, q, k, v):
             inputs[layer_idx] = torch.cat((q[0, :prompt_length], k[0, :prompt_length], v[0, :prompt_length]), dim=-1)
@@ -157,6 +173,8 @@ class HeadTrainer:
                 smooth = F.mse_loss(pred[1:], pred[:-1]) if pred.shape[0] > 1 else pred.sum() * 0
                 if self.config.rank_weight:
                     fit = fit + self.config.rank_weight * rank_loss(pred, target)
+                if self.config.keep_weight and keep is not None:
+                    fit = fit + self.config.keep_weight * keep_loss(pred, keep, self.config.keep_against)
                 if train:
                     ((fit + self.config.smooth_weight * smooth) / layers).backward()
             fits[layer_idx], smooths[layer_idx] = fit.item(), smooth.item()

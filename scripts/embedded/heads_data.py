@@ -28,7 +28,8 @@ def write_heads_data(tokenizer, path: Path, seed: int, count: int, lengths: tupl
 
     One fact per document by default. A label marks what the record's own answer attends to, so in a document
     with several facts and one asked, the facts not asked are labelled unimportant, and heads learn to drop
-    statements that another question would need; eviction cannot know which question will come."""
+    statements that another question would need; eviction cannot know which question will come. So each record
+    also names every fact's value, "is 4821.", as a passage to keep (`locret train --keep-weight`)."""
     rng = random.Random(seed + 1)
     pieces = word_pieces(tokenizer)
     with path.open("w") as f:
@@ -41,7 +42,13 @@ def write_heads_data(tokenizer, path: Path, seed: int, count: int, lengths: tupl
             else:
                 document = document_text(tokenizer, rng, length, facts, "train")
             fact = rng.choice(facts)
-            f.write(json.dumps({"prompt": document + question_text(fact.question), "answer": answer_text(fact)}) + "\n")
+            f.write(json.dumps({"prompt": document + question_text(fact.question), "answer": answer_text(fact),
+                                "keep": [value_passage(stated) for stated in facts]}) + "\n")
+
+
+def value_passage(fact) -> str:
+    """The end of a fact's statement that holds its value, "is 4821.": what an answer copies, whatever its question."""
+    return f"is {fact.answer}."
 
 
 def main() -> None:

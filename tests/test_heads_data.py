@@ -1,0 +1,27 @@
+"""The embedded model's heads data: every record names each of its facts' values as a passage to keep."""
+
+from __future__ import annotations
+
+import json
+
+from locret_cli.embedded import EMBEDDED_DIR
+from locret_cli.tokenizer import TIKTOKEN_FILE, TiktokenTokenizer
+from scripts.embedded.heads_data import write_heads_data
+
+PROSE = [f"Paragraph {i} says the graph is a tree. Its nodes are kept as they are, in plain prose." * 2
+         for i in range(20)]
+
+
+def test_records_keep_every_facts_value_whichever_is_asked(tmp_path):
+    tokenizer = TiktokenTokenizer.from_file(EMBEDDED_DIR / TIKTOKEN_FILE)
+    path = tmp_path / "heads.jsonl"
+    write_heads_data(tokenizer, path, seed=3, count=24, lengths=(200, 400), facts_per_document=(1, 3),
+                     paragraphs=PROSE, prose_share=0.5)
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert {len(r["keep"]) for r in records} == {1, 2, 3}
+    for record in records:
+        for passage in record["keep"]:
+            assert passage.startswith("is ") and passage.endswith(".")
+            assert record["prompt"].count(passage) == 1
+        asked = record["answer"].rsplit(" is ", 1)[1]
+        assert f"is {asked}" in record["keep"]
