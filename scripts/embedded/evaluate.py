@@ -29,7 +29,7 @@ from locret_cli.api import Session
 from locret_cli.bench.tasks import text_document
 from locret_cli.engine import Settings
 from locret_cli.heads import RetainingHeads, load_heads
-from locret_cli.loading import load_model
+from locret_cli.loading import DTYPES, load_model
 from locret_cli.demo_data.qa_data import fragments
 from locret_cli.embedded import not_stated_reply, says_not_stated
 from locret_cli.prompt import prompt_layout
@@ -191,9 +191,9 @@ def main() -> None:
     parser.add_argument("--attributes", type=int, default=4, help="attribute facts per document (plus a pass key)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
-    parser.add_argument("--dtype", default="auto",
-                        help="auto (as locret ask: bf16 on CUDA; on the CPU the faster in this machine's probe), "
-                             "bf16 or fp32; answers can differ by dtype")
+    parser.add_argument("--dtype", choices=("auto", *DTYPES), default="auto",
+                        help="auto: as locret ask (bf16 on CUDA; on the CPU the faster in this machine's probe); "
+                             "answers can differ by dtype")
     parser.add_argument("--by-type", action="store_true", help="also count errors by answer type (diagnose.py)")
     parser.add_argument("--no-passkey", action="store_true",
                         help="attribute facts only: the answer must come from matching the question, not its kind")
