@@ -12,8 +12,8 @@ import random
 from pathlib import Path
 
 from locret_cli.batch.work import JobResult, error_rows
+from locret_cli.bench.synthetic import Fact, document
 from locret_cli.errors import LocretError
-from locret_cli.demo_data.synthetic import Fact, document
 
 QUESTIONS = ["What is the gate code of the north depot?", "What is the pass key?"]
 
@@ -55,4 +55,4 @@ class EchoWorker:
 
 class UnloadableWorker:
     def __init__(self, spec):
-        raise LocretError(f"no such model: {spec.model}")
+        raise LocretError(f"no such model: {spec.model.model}")

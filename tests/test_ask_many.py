@@ -6,19 +6,19 @@ import io
 import json
 
 import pytest
+from conftest import llama31_chat_tokenizer
 from rich.console import Console
 from typer.testing import CliRunner
 
-from conftest import llama31_chat_tokenizer
 from locret_cli import __version__
 from locret_cli.api import load_session
+from locret_cli.api.conversation import Conversation
 from locret_cli.cli import app
 from locret_cli.cli.chat import run_chat
-from locret_cli.conversation import Conversation
 from locret_cli.errors import LocretError
-from locret_cli.prompt import build_prompt, conversation_ids
-from locret_cli.questions import load_questions
-from locret_cli.tokenizer import encode_text
+from locret_cli.inputs.prompt import build_prompt, conversation_ids
+from locret_cli.inputs.questions import load_questions
+from locret_cli.inputs.tokenizer import encode_text
 
 runner = CliRunner()
 GATE_Q, KEY_Q = "What is the gate code of the north depot?", "What is the pass key?"

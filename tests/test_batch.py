@@ -7,14 +7,15 @@ import json
 import sys
 
 import pytest
+from batch_helpers import QUESTIONS, fact_document, questions_file
+from pdfs import encrypted_pdf, image_only_pdf, text_pdf
 
 from locret_cli.batch.answer_log import AnswerLog, row_key
 from locret_cli.batch.inputs import expand_inputs
 from locret_cli.batch.runner import input_order, pending, run_batch
 from locret_cli.batch.work import DocumentWorker, WorkerSpec, error_rows
 from locret_cli.errors import LocretError
-from batch_helpers import QUESTIONS, fact_document, questions_file
-from pdfs import encrypted_pdf, image_only_pdf, text_pdf
+from locret_cli.models.spec import ModelSpec
 
 RUN = WorkerSpec().run()
 
@@ -52,7 +53,7 @@ def test_the_same_bytes_twice_are_read_once_and_our_own_files_are_not_inputs(tmp
     (["{not json"], "line 1 is not valid JSON"),
     (['{"questions": ["Q?"]}'], 'line 1 has no "source" path'),
     (['{"source": "a.txt", "questions": "Q?"}'], '"questions" must be a list'),
-    (['{"source": "a.txt"}'], "give --questions FILE"),
+    (['{"source": "a.txt"}'], "^give questions FILE"),
     ([], "lists no documents"),
 ])
 def test_a_bad_corpus_is_refused_in_one_line(tmp_path, lines, message):
@@ -128,7 +129,7 @@ def test_retry_failed_removes_error_rows_so_their_questions_are_asked_again(tmp_
 
 @pytest.fixture(scope="module")
 def worker():
-    return DocumentWorker(WorkerSpec(device="cpu", threads=2))
+    return DocumentWorker(WorkerSpec(ModelSpec(device="cpu"), threads=2))
 
 
 class InlinePool:
@@ -181,7 +182,7 @@ def test_saved_contexts_are_written_once_and_loaded_on_the_next_run(tmp_path):
     gate, _ = fact_document(tmp_path / "doc.txt", seed=5)
     contexts = tmp_path / "contexts"
     contexts.mkdir()
-    saving = DocumentWorker(WorkerSpec(device="cpu", save_contexts=str(contexts), threads=2))
+    saving = DocumentWorker(WorkerSpec(ModelSpec(device="cpu"), save_contexts=str(contexts), threads=2))
     [job] = expand_inputs(str(tmp_path / "doc.txt"), questions_file(tmp_path))
     first = saving.answer(job)
     [saved] = contexts.iterdir()
@@ -196,7 +197,7 @@ def test_ray_without_the_extra_says_how_to_install_it(monkeypatch):
     from locret_cli.batch.ray_pool import RayPool
 
     monkeypatch.setitem(sys.modules, "ray", None)
-    with pytest.raises(LocretError, match=r"--ray needs Ray: pip install 'locret-cli\[ray\]'"):
+    with pytest.raises(LocretError, match=r"^ray needs Ray: pip install 'locret-cli\[ray\]'"):
         RayPool("auto", WorkerSpec())
 
 

@@ -11,14 +11,15 @@ import sys
 import time
 
 import pytest
-
 from batch_helpers import QUESTIONS, EchoWorker, UnloadableWorker, fact_document, questions_file
+
 from locret_cli.batch.answer_log import AnswerLog
 from locret_cli.batch.inputs import expand_inputs
 from locret_cli.batch.local_pool import LocalPool
 from locret_cli.batch.runner import run_batch
 from locret_cli.batch.work import WorkerSpec
 from locret_cli.errors import LocretError
+from locret_cli.models.spec import ModelSpec
 
 
 def echo_corpus(tmp_path) -> list:
@@ -50,7 +51,7 @@ def test_a_worker_that_cannot_load_the_model_stops_the_batch_in_one_line(tmp_pat
     jobs = echo_corpus(tmp_path)
     with AnswerLog.open(tmp_path / "out.jsonl", WorkerSpec().run()) as log:
         with pytest.raises(LocretError, match="a worker could not load the model: no such model: ./nowhere"):
-            run_batch(jobs, log, LocalPool(WorkerSpec(model="./nowhere"), workers=1, factory=UnloadableWorker))
+            run_batch(jobs, log, LocalPool(WorkerSpec(ModelSpec(model="./nowhere")), workers=1, factory=UnloadableWorker))
 
 
 def batch_command(docs, questions, out) -> list[str]:

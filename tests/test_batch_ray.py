@@ -15,11 +15,13 @@ import pytest
 ray = pytest.importorskip("ray", reason="the ray extra is not installed: pip install -e '.[ray]'")
 
 from batch_helpers import QUESTIONS, EchoWorker, fact_document, questions_file  # noqa: E402
+
 from locret_cli.batch.answer_log import AnswerLog  # noqa: E402
 from locret_cli.batch.inputs import expand_inputs  # noqa: E402
 from locret_cli.batch.ray_pool import RayPool  # noqa: E402
 from locret_cli.batch.runner import run_batch  # noqa: E402
 from locret_cli.batch.work import DocumentWorker, WorkerSpec  # noqa: E402
+from locret_cli.models.spec import ModelSpec
 
 TESTS = str(Path(__file__).resolve().parent)
 
@@ -42,7 +44,7 @@ def test_two_actors_give_the_answers_of_a_local_run(cluster, tmp_path):
     for i in range(4):
         fact_document(docs / f"doc{i}.txt", seed=20 + i, paragraphs=60)
     jobs = expand_inputs(str(docs), questions_file(tmp_path))
-    spec = WorkerSpec(device="cpu", threads=1)
+    spec = WorkerSpec(ModelSpec(device="cpu"), threads=1)
     with AnswerLog.open(tmp_path / "ray.jsonl", spec.run()) as log:
         summary = run_batch(jobs, log, RayPool("local", spec, workers=2))
     local = DocumentWorker(spec)

@@ -7,16 +7,16 @@ import json
 
 import pytest
 import torch
+from conftest import tiny_model
 from typer.testing import CliRunner
 
-from conftest import tiny_model
 from locret_cli.bench import parse_lengths
 from locret_cli.bench.flops import FlopCounter, counting
 from locret_cli.bench.runner import ROW_FIELDS
 from locret_cli.bench.tasks import Question, contains_match, data_samples, exact_match, generated_samples, needle_depths
 from locret_cli.cli import app
 from locret_cli.errors import LocretError
-from locret_cli.tokenizer import TiktokenTokenizer
+from locret_cli.inputs.tokenizer import TiktokenTokenizer
 
 runner = CliRunner()
 SMALL = ["--lengths", "300", "--samples", "1", "--budget", "128", "--chunk-size", "64", "--stabilizers", "16",

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from conftest import tiny_model
-from locret_cli.cache import LocretCache
-from locret_cli.engine import Engine, Settings
-from locret_cli.errors import LocretError
-from locret_cli.heads import RetainingHeads
-from locret_cli.policies.locret import LocretPolicy
 from test_engine import chunks_of, random_ids
+
+from locret_cli.core.cache import LocretCache
+from locret_cli.core.engine import Engine
+from locret_cli.core.heads import RetainingHeads
+from locret_cli.core.policies.locret import LocretPolicy
+from locret_cli.core.settings import AnswerSettings, ReadSettings
+from locret_cli.errors import LocretError
 
 
 def fill(cache: LocretCache, start: int, count: int, value: float = 1.0) -> None:
@@ -79,11 +80,12 @@ def test_rewriting_shared_entries_takes_a_private_copy_first():
 def test_decoding_appends_in_place_and_gives_the_same_tokens_as_a_reread():
     model = tiny_model("llama")
     heads = RetainingHeads.for_model(model)
-    settings = Settings(budget=48, chunk_size=32, stabilizers=8, max_new_tokens=12)
+    settings = ReadSettings(budget=48, chunk_size=32, stabilizers=8)
+    answering = AnswerSettings(max_new_tokens=12)
     ids = random_ids(200)
 
     def engine():
-        reader = Engine(model, LocretPolicy(heads), settings, stop_ids=set())
+        reader = Engine(model, LocretPolicy(heads), settings, stop_ids=set(), answering=answering)
         reader.read(chunks_of(ids, 32))
         return reader
 

@@ -9,13 +9,13 @@ import sys
 
 import pytest
 import torch
+from conftest import save_model_dir, tiny_model
+from pdfs import encrypted_pdf, image_only_pdf, text_pdf
 from typer.testing import CliRunner
 
-from conftest import save_model_dir, tiny_model
 from locret_cli.cli import app
-from locret_cli.embedded import load_embedded
-from locret_cli.heads import RetainingHeads
-from pdfs import encrypted_pdf, image_only_pdf, text_pdf
+from locret_cli.core.heads import RetainingHeads
+from locret_cli.models.embedded import load_embedded
 
 runner = CliRunner()
 FILLER = "The river bends past the old mill, where the miller counts his sacks twice a day. "

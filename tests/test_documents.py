@@ -5,11 +5,11 @@ from __future__ import annotations
 import io
 
 import pytest
-
-from locret_cli.documents import TEXT_BLOCK_CHARS, open_document, token_chunks
-from locret_cli.errors import LocretError
-from locret_cli.tokenizer import TiktokenTokenizer
 from pdfs import encrypted_pdf, image_only_pdf, text_pdf
+
+from locret_cli.errors import LocretError
+from locret_cli.inputs.documents import TEXT_BLOCK_CHARS, open_document, token_chunks
+from locret_cli.inputs.tokenizer import TiktokenTokenizer
 
 BYTES = TiktokenTokenizer.byte_level()
 

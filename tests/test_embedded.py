@@ -11,10 +11,10 @@ import zipfile
 
 from typer.testing import CliRunner
 
+from locret_cli.bench.generated import document_text
+from locret_cli.bench.synthetic import Fact
 from locret_cli.cli import app
-from locret_cli.embedded import EMBEDDED_DIR, load_embedded
-from locret_cli.demo_data.qa_data import document_text
-from locret_cli.demo_data.synthetic import Fact
+from locret_cli.models.embedded import EMBEDDED_DIR, load_embedded
 
 runner = CliRunner()
 
@@ -48,16 +48,16 @@ def test_ask_finds_a_fact_deep_in_a_document_longer_than_the_budget(tmp_path):
 
 def test_package_data_is_in_the_built_wheel(tmp_path):
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                    str(tmp_path), str(EMBEDDED_DIR.parent.parent)], check=True)
+                    str(tmp_path), str(EMBEDDED_DIR.parents[2])], check=True)
     wheel = next(tmp_path.glob("locret_cli-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
     for name in ("model.safetensors", "config.json", "tokenizer.tiktoken", "locret.json", "heads/heads.safetensors",
                  "heads/heads.json"):
-        assert f"locret_cli/embedded_model/{name}" in names, name
+        assert f"locret_cli/models/embedded_model/{name}" in names, name
     with zipfile.ZipFile(wheel) as archive:
         recorded = {name: list(json_strings(json.loads(archive.read(name))))
                     for name in names if name.startswith("locret_cli/") and name.endswith(".json")}
-    assert "locret_cli/embedded_model/heads/heads.json" in recorded
+    assert "locret_cli/models/embedded_model/heads/heads.json" in recorded
     machine_paths = {name: [s for s in strings if looks_like_a_machine_path(s)] for name, strings in recorded.items()}
     assert machine_paths == {name: [] for name in recorded}
 

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import VOCAB, tiny_model
 from transformers import DynamicCache
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
-from conftest import VOCAB, tiny_model
-from locret_cli.documents import TokenChunk
-from locret_cli.engine import Engine, Settings
+from locret_cli.core.engine import Engine
+from locret_cli.core.heads import RetainingHeads
+from locret_cli.core.policies import Policy, make_policy
+from locret_cli.core.policies.locret import LocretPolicy
+from locret_cli.core.settings import AnswerSettings, ReadSettings
+from locret_cli.core.sources import TokenChunk
 from locret_cli.errors import LocretError
-from locret_cli.heads import RetainingHeads
-from locret_cli.policies import Policy, make_policy
-from locret_cli.policies.locret import LocretPolicy
 
 
 class TablePolicy(Policy):
@@ -63,8 +64,8 @@ def fresh_layer0_keys(model, ids: list[int]) -> torch.Tensor:
         return apply_rotary_pos_emb(keys, keys, cos, sin)[1][0]
 
 
-def run(model, policy, settings, ids, question=(5, 6, 7), on_progress=None):
-    engine = Engine(model, policy, settings, stop_ids={1})
+def run(model, policy, settings, ids, question=(5, 6, 7), on_progress=None, answering=AnswerSettings()):
+    engine = Engine(model, policy, settings, stop_ids={1}, answering=answering)
     return engine, engine.run(chunks_of(ids, settings.chunk_size), list(question), on_progress)
 
 
@@ -75,9 +76,10 @@ def distinct_table(kv_heads: int, n: int) -> torch.Tensor:
 
 
 def test_cache_size_after_every_chunk_and_peak(llama):
-    n, settings = 100, Settings(budget=24, chunk_size=10, stabilizers=4, max_new_tokens=3)
+    n, settings = 100, ReadSettings(budget=24, chunk_size=10, stabilizers=4)
+    answering = AnswerSettings(max_new_tokens=3)
     sizes = []
-    engine, generation = run(llama, make_policy("streaming", llama), settings, random_ids(n),
+    engine, generation = run(llama, make_policy("streaming", llama), settings, random_ids(n), answering=answering,
                              on_progress=lambda p: sizes.append(p.cache_tokens))
     assert sizes == [min(10 * (i + 1), 24) for i in range(10)]
     assert generation.cache_peak_tokens == 24 + 10  # budget + chunk, never more
@@ -91,10 +93,11 @@ def test_kept_entries_after_every_chunk_are_exactly_the_reference(llama, positio
     equal RoPE computed afresh for its kept tokens at 0..n-1, however many times they were moved."""
     n, budget, chunk, stab = 60, 16, 8, 3
     table = distinct_table(2, n)
-    settings = Settings(budget=budget, chunk_size=chunk, stabilizers=stab, positions=positions, max_new_tokens=1)
+    settings = ReadSettings(budget=budget, chunk_size=chunk, stabilizers=stab, positions=positions)
+    answering = AnswerSettings(max_new_tokens=1)
     assert expected_kept(table, n, chunk, budget, stab)[0] != expected_kept(table, n, chunk, budget, stab)[1]
     ids = random_ids(n)
-    engine = Engine(llama, TablePolicy(table), settings, stop_ids={1}, pinned=pinned)
+    engine = Engine(llama, TablePolicy(table), settings, stop_ids={1}, pinned=pinned, answering=answering)
     for chunk_ids in chunks_of(ids, chunk):
         engine.prefill_chunk(chunk_ids.ids)
         reference = expected_kept(table, engine.seen, chunk, budget, stab, pinned)
@@ -114,8 +117,10 @@ def test_the_prompt_head_is_never_evicted_under_any_policy(llama, name):
     after many evictions, whatever their scores."""
     pinned = 7
     heads = RetainingHeads.for_model(llama, hidden=16) if name == "locret" else None
-    settings = Settings(budget=20, chunk_size=10, stabilizers=4, positions="original", max_new_tokens=1)
-    engine = Engine(llama, make_policy(name, llama, heads), settings, stop_ids={1}, pinned=pinned)
+    settings = ReadSettings(budget=20, chunk_size=10, stabilizers=4, positions="original")
+    answering = AnswerSettings(max_new_tokens=1)
+    engine = Engine(llama, make_policy(name, llama, heads), settings, stop_ids={1}, pinned=pinned,
+                    answering=answering)
     engine.read(chunks_of(random_ids(150), 10))
     for layer in engine.cache.layers:
         positions = layer.positions[0]
@@ -124,7 +129,7 @@ def test_the_prompt_head_is_never_evicted_under_any_policy(llama, name):
 
 
 def test_a_prompt_head_that_leaves_no_room_is_refused(llama):
-    settings = Settings(budget=16, chunk_size=8, stabilizers=10)
+    settings = ReadSettings(budget=16, chunk_size=8, stabilizers=10)
     with pytest.raises(LocretError, match="prompt's opening \\(7 tokens"):
         Engine(llama, make_policy("streaming", llama), settings, stop_ids={1}, pinned=7)
     Engine(llama, make_policy("full", llama), settings, stop_ids={1}, pinned=7)  # nothing is evicted: no limit
@@ -135,8 +140,9 @@ def test_compact_keeps_the_same_entries_as_original(llama):
     n, table = 60, distinct_table(2, 60)
     layer0 = {}
     for positions in ("original", "compact"):
-        settings = Settings(budget=16, chunk_size=8, stabilizers=3, positions=positions, max_new_tokens=1)
-        engine = Engine(llama, TablePolicy(table), settings, stop_ids={1})
+        settings = ReadSettings(budget=16, chunk_size=8, stabilizers=3, positions=positions)
+        answering = AnswerSettings(max_new_tokens=1)
+        engine = Engine(llama, TablePolicy(table), settings, stop_ids={1}, answering=answering)
         for chunk in chunks_of(random_ids(n), 8):
             engine.prefill_chunk(chunk.ids)
         layer0[positions] = engine.cache.layers[0].values
@@ -156,7 +162,7 @@ def test_budget_covering_document_equals_full_cache(family):
     model = tiny_model(family)
     ids, question = random_ids(200), [5, 6, 7, 8]  # Phi-3 stays below its longrope switch at 256 positions
     heads = RetainingHeads.for_model(model, hidden=32)
-    settings = Settings(budget=400, chunk_size=64, stabilizers=8, positions="original")
+    settings = ReadSettings(budget=400, chunk_size=64, stabilizers=8, positions="original")
     got = first_logits(model, LocretPolicy(heads), settings, ids, question)
     with torch.no_grad():
         want = model(torch.tensor([ids + question])).logits[0, -1]
@@ -169,7 +175,7 @@ def test_longrope_switch_moves_cached_keys_to_long_frequencies():
     differ: tokens read before the switch were encoded under the short frequencies."""
     model = tiny_model("phi3")
     ids = random_ids(300)
-    engine = Engine(model, make_policy("full", model), Settings(budget=400, chunk_size=64, positions="original"), {1})
+    engine = Engine(model, make_policy("full", model), ReadSettings(budget=400, chunk_size=64, positions="original"), {1})
     for chunk in chunks_of(ids, 64):
         engine.prefill_chunk(chunk.ids)
     reference = DynamicCache(config=model.config)
@@ -180,8 +186,9 @@ def test_longrope_switch_moves_cached_keys_to_long_frequencies():
 
 def test_greedy_answer_equals_generate(llama):
     ids = random_ids(80)
-    settings = Settings(budget=200, chunk_size=32, stabilizers=8, positions="original", max_new_tokens=6)
-    _, generation = run(llama, make_policy("full", llama), settings, ids, question=[9, 10])
+    settings = ReadSettings(budget=200, chunk_size=32, stabilizers=8, positions="original")
+    answering = AnswerSettings(max_new_tokens=6)
+    _, generation = run(llama, make_policy("full", llama), settings, ids, question=[9, 10], answering=answering)
     with torch.no_grad():
         out = llama.generate(torch.tensor([ids + [9, 10]]), max_new_tokens=6, do_sample=False,
                              eos_token_id=1, pad_token_id=0)
@@ -191,14 +198,17 @@ def test_greedy_answer_equals_generate(llama):
 
 
 def test_full_policy_never_evicts(llama):
-    settings = Settings(budget=8, chunk_size=10, stabilizers=2, max_new_tokens=1)
-    _, generation = run(llama, make_policy("full", llama), settings, random_ids(50), question=[3])
+    settings = ReadSettings(budget=8, chunk_size=10, stabilizers=2)
+    answering = AnswerSettings(max_new_tokens=1)
+    _, generation = run(llama, make_policy("full", llama), settings, random_ids(50), question=[3],
+                        answering=answering)
     assert generation.cache_peak_tokens == 51
 
 
 def test_streaming_keeps_sinks_and_recent_window(llama):
-    settings = Settings(budget=12, chunk_size=10, stabilizers=2, positions="original", max_new_tokens=1)
-    engine = Engine(llama, make_policy("streaming", llama), settings, stop_ids={1})
+    settings = ReadSettings(budget=12, chunk_size=10, stabilizers=2, positions="original")
+    answering = AnswerSettings(max_new_tokens=1)
+    engine = Engine(llama, make_policy("streaming", llama), settings, stop_ids={1}, answering=answering)
     for chunk in chunks_of(random_ids(50), 10):
         engine.prefill_chunk(chunk.ids)
     assert engine.cache.layers[1].positions[0, 0].tolist() == [0, 1, 2, 3] + list(range(42, 50))
@@ -206,33 +216,39 @@ def test_streaming_keeps_sinks_and_recent_window(llama):
 
 def test_settings_are_checked():
     warnings = []
-    assert Settings(budget=100, stabilizers=100).checked(warnings.append).stabilizers == 50
-    assert "does not fit" in warnings[0]
-    for bad in (dict(budget=0), dict(chunk_size=-1), dict(stabilizers=-1), dict(positions="x"), dict(top_p=0),
-                dict(score_pool=0), dict(score_pool=4)):
+    assert ReadSettings(budget=100, stabilizers=100).checked(warnings.append).stabilizers == 50
+    assert "does not fit" in str(warnings[0])
+    for bad in (dict(budget=0), dict(chunk_size=-1), dict(stabilizers=-1), dict(positions="x"), dict(score_pool=0),
+                dict(score_pool=4)):
         with pytest.raises(LocretError):
-            Settings(**bad).checked(warnings.append)
+            ReadSettings(**bad).checked(warnings.append)
+    for bad in (dict(top_p=0), dict(temperature=-1), dict(max_new_tokens=0)):
+        with pytest.raises(LocretError):
+            AnswerSettings(**bad).checked()
 
 
 def test_sampling_is_seeded_and_top_p_narrows_to_the_best(llama):
     logits = torch.tensor([0.0, 3.0, 2.9, -1.0])
-    narrow = Engine(llama, make_policy("full", llama), Settings(temperature=1.0, top_p=1e-6), {1})
+    narrow = Engine(llama, make_policy("full", llama), ReadSettings(), {1},
+                    answering=AnswerSettings(temperature=1.0, top_p=1e-6))
     assert [narrow.pick(logits) for _ in range(5)] == [1] * 5
     draws = []
     for _ in range(2):
-        engine = Engine(llama, make_policy("full", llama), Settings(temperature=2.0, seed=11), {1})
+        engine = Engine(llama, make_policy("full", llama), ReadSettings(), {1},
+                        answering=AnswerSettings(temperature=2.0, seed=11))
         draws.append([engine.pick(logits) for _ in range(20)])
     assert draws[0] == draws[1] and len(set(draws[0])) > 1
 
 
 def test_forks_answer_like_a_fresh_read(llama):
     """One read, several questions on forks, gives what separate runs give."""
-    settings = Settings(budget=16, chunk_size=8, stabilizers=3, max_new_tokens=4)
+    settings = ReadSettings(budget=16, chunk_size=8, stabilizers=3)
+    answering = AnswerSettings(max_new_tokens=4)
     ids = random_ids(60)
-    reader = Engine(llama, make_policy("streaming", llama), settings, stop_ids={1})
+    reader = Engine(llama, make_policy("streaming", llama), settings, stop_ids={1}, answering=answering)
     reader.read(chunks_of(ids, 8))
     for question in ([5, 6], [9, 10, 11]):
-        _, fresh = run(llama, make_policy("streaming", llama), settings, ids, question=question)
+        _, fresh = run(llama, make_policy("streaming", llama), settings, ids, question=question, answering=answering)
         assert reader.fork().answer(question).token_ids == fresh.token_ids
     assert reader.cache.length() == 16  # the reader itself never saw a question
 
@@ -245,9 +261,10 @@ def cache_state(engine: Engine) -> list[tuple[torch.Tensor, ...]]:
 def test_forks_under_h2o_never_touch_the_reader(llama):
     """H2O adds attention to its scores in place: a fork that answers, or reads on, must leave the reader as it
     was, and two forks must answer alike."""
-    settings = Settings(budget=16, chunk_size=8, stabilizers=3, max_new_tokens=4)
+    settings = ReadSettings(budget=16, chunk_size=8, stabilizers=3)
+    answering = AnswerSettings(max_new_tokens=4)
     ids = random_ids(80)
-    reader = Engine(llama, make_policy("h2o", llama), settings, stop_ids={1})
+    reader = Engine(llama, make_policy("h2o", llama), settings, stop_ids={1}, answering=answering)
     reader.read(chunks_of(ids[:60], 8))
     before = cache_state(reader)
     first = reader.fork().answer([5, 6]).token_ids
@@ -258,5 +275,5 @@ def test_forks_under_h2o_never_touch_the_reader(llama):
     for now, then in zip(cache_state(reader), before):
         assert all(torch.equal(a, b) for a, b in zip(now, then))
     assert reader.fork().answer([5, 6]).token_ids == first
-    _, fresh = run(llama, make_policy("h2o", llama), settings, ids[:60], question=[5, 6])
+    _, fresh = run(llama, make_policy("h2o", llama), settings, ids[:60], question=[5, 6], answering=answering)
     assert fresh.token_ids == first

@@ -7,14 +7,14 @@ import sys
 
 import pytest
 import torch
+from gguf_files import tiny_llama, write_gguf
 from typer.testing import CliRunner
 
-from gguf_files import tiny_llama, write_gguf
 from locret_cli.cli import app
 from locret_cli.errors import LocretError
-from locret_cli.loading import load_model
 from locret_cli.models import named
 from locret_cli.models.gguf import save_dequantized
+from locret_cli.models.loading import load_model
 
 pytest.importorskip("gguf", reason="GGUF support is the [gguf] extra: pip install 'locret-cli[gguf]'")
 runner = CliRunner()

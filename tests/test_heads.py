@@ -6,13 +6,14 @@ import json
 
 import pytest
 import torch
+from conftest import tiny_model
 from safetensors.torch import save_file
 from torch import nn
 
-from conftest import tiny_model
-from locret_cli.capture import capture_qkv, check_projections
+from locret_cli.core.capture import capture_qkv, check_projections
+from locret_cli.core.heads import RetainingHeads, load_heads
+from locret_cli.core.shape import ModelShape
 from locret_cli.errors import LocretError
-from locret_cli.heads import ModelShape, RetainingHeads, load_heads
 
 
 def sample_qkv(shape: ModelShape, tokens: int = 7):

@@ -10,13 +10,13 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pdfs import one_page_objects, raw_pdf, text_pdf
 from typer.testing import CliRunner
 
 from locret_cli.cli import app
-from locret_cli.documents import open_document, token_chunks
-from locret_cli.embedded import load_embedded
 from locret_cli.errors import LocretError
-from pdfs import one_page_objects, raw_pdf, text_pdf
+from locret_cli.inputs.documents import open_document, token_chunks
+from locret_cli.models.embedded import load_embedded
 
 runner = CliRunner()
 FUZZ = dict(derandomize=True, database=None, deadline=None,

@@ -6,16 +6,16 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import byte_tokenizer, tiny_model
 from typer.testing import CliRunner
 
-from conftest import byte_tokenizer, tiny_model
-from locret_cli import measure
 from locret_cli.api import Session
 from locret_cli.cli import app
-from locret_cli.engine import Settings
+from locret_cli.core import measure
+from locret_cli.core.measure import plan_memory
+from locret_cli.core.settings import AnswerSettings, ReadSettings
 from locret_cli.errors import LocretError
-from locret_cli.loading import LoadedModel
-from locret_cli.measure import plan_memory
+from locret_cli.models.loading import LoadedModel
 
 runner = CliRunner()
 TEXT = "The gate code of the north depot is 4821. " * 40
@@ -35,8 +35,9 @@ def tiny_session(policy="streaming") -> Session:
 def test_the_estimated_cache_is_what_the_engine_holds_at_its_peak(doc, positions):
     """Compact positions move keys, and moved keys keep their unrotated copy; original positions never move them."""
     session = tiny_session()
-    result = session.ask(str(doc), "What is the gate code?", Settings(budget=64, chunk_size=32, stabilizers=8,
-                                                                    max_new_tokens=3, positions=positions))
+    result = session.ask(str(doc), "What is the gate code?", ReadSettings(budget=64, chunk_size=32, stabilizers=8,
+                                                                       positions=positions),
+                         AnswerSettings(max_new_tokens=3))
     plan = plan_memory(session.loaded.model, result.cache_peak_tokens, 32, keys_move=positions == "compact")
     assert plan.cache_bytes == result.cache_peak_bytes
     assert plan.activation_bytes > 0 and plan.available_bytes > 0
@@ -44,18 +45,19 @@ def test_the_estimated_cache_is_what_the_engine_holds_at_its_peak(doc, positions
 
 def test_a_run_that_cannot_fit_is_refused_unless_forced(doc, monkeypatch):
     session = tiny_session()
-    settings = Settings(budget=64, chunk_size=32, stabilizers=8, max_new_tokens=2)
+    settings = ReadSettings(budget=64, chunk_size=32, stabilizers=8)
+    answering = AnswerSettings(max_new_tokens=2)
     monkeypatch.setattr(measure, "available_memory", lambda device: 1000)
-    with pytest.raises(LocretError, match="only 1000 B is free; lower --budget, or pass --force"):
-        session.ask(str(doc), "What is the gate code?", settings)
-    assert session.ask(str(doc), "What is the gate code?", settings, force=True).cache_kept_tokens == 64
+    with pytest.raises(LocretError, match="only 1000 B is free; lower budget, or pass force to run anyway"):
+        session.ask(str(doc), "What is the gate code?", settings, answering)
+    assert session.ask(str(doc), "What is the gate code?", settings, answering, force=True).cache_kept_tokens == 64
 
 
 def test_a_full_cache_is_estimated_from_the_text_files_size(doc, monkeypatch):
     session = tiny_session("full")
     monkeypatch.setattr(measure, "available_memory", lambda device: 1000)
     with pytest.raises(LocretError, match="lower the document's length"):
-        session.ask(str(doc), "What is the gate code?", Settings(max_new_tokens=2))
+        session.ask(str(doc), "What is the gate code?", answering=AnswerSettings(max_new_tokens=2))
 
 
 @pytest.mark.parametrize("option, value, named", [("--budget", 10**9, "--budget"), ("--chunk-size", 3 * 10**6,
@@ -74,15 +76,16 @@ def test_force_runs_what_the_estimate_would_refuse(doc):
     assert json.loads(result.stdout)["budget"] == 10**9
 
 
-@pytest.mark.parametrize("bad, message", [(dict(budget=0), "--budget must be positive"),
-                                          (dict(score_pool=4), "--score-pool must be a positive odd number"),
-                                          (dict(positions="sideways"), "--positions must be compact or original")])
+@pytest.mark.parametrize("bad, message", [(dict(budget=0), "^budget must be positive"),
+                                          (dict(score_pool=4), "^score_pool must be a positive odd number"),
+                                          (dict(positions="sideways"), "^positions must be compact or original")])
 def test_ask_validates_the_settings_it_is_given(doc, bad, message):
     with pytest.raises(LocretError, match=message):
-        tiny_session().ask(str(doc), "What is the gate code?", Settings(**bad))
+        tiny_session().ask(str(doc), "What is the gate code?", ReadSettings(**bad))
 
 
 def test_ask_clips_given_stabilizers_with_a_warning(doc):
-    result = tiny_session().ask(str(doc), "q?", Settings(budget=64, chunk_size=32, stabilizers=64, max_new_tokens=1))
+    result = tiny_session().ask(str(doc), "q?", ReadSettings(budget=64, chunk_size=32, stabilizers=64),
+                                AnswerSettings(max_new_tokens=1))
     assert result.settings.stabilizers == 32
     assert any("does not fit" in w for w in result.warnings)

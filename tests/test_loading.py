@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import torch
-
 from conftest import tiny_model
-from locret_cli import loading
-from locret_cli.loading import load_model, resolve_dtype
-from locret_cli.speed.dtype_probe import DtypeChoice
-from locret_cli.demo_data.synthetic import distinct_facts, document, passkey_fact
-from locret_cli.tokenizer import TIKTOKEN_FILE, TiktokenTokenizer
+
+from locret_cli.bench.synthetic import distinct_facts, document, passkey_fact
+from locret_cli.inputs.tokenizer import TIKTOKEN_FILE, TiktokenTokenizer
+from locret_cli.models import loading
+from locret_cli.models.dtype_probe import DtypeChoice
+from locret_cli.models.loading import load_model, resolve_dtype
 
 
 def test_auto_dtype_is_measured_on_the_cpu_and_bf16_on_cuda(monkeypatch):

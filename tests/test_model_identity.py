@@ -8,14 +8,14 @@ import json
 
 import pytest
 import torch
-
 from conftest import save_model_dir, tiny_model
+
 from locret_cli.api import load_session
+from locret_cli.core.heads import RetainingHeads, load_heads
+from locret_cli.core.identity import SAME_MODEL, same_model, sample_index, weights_identity
 from locret_cli.errors import LocretError
-from locret_cli.heads import RetainingHeads, load_heads
-from locret_cli.loading import load_model
 from locret_cli.models import shipped
-from locret_cli.models.identity import SAME_MODEL, same_model, sample_index, weights_identity
+from locret_cli.models.loading import load_model
 
 
 def fake_4bit(model, block: int = 32):
@@ -74,9 +74,9 @@ def test_shipped_heads_and_their_settings_come_with_the_matching_model(tmp_path,
     model_dir = save_model_dir(tiny_model("llama", seed=0), tmp_path / "model")
     session = load_session(str(model_dir), device="cpu", dtype="fp32")  # no --heads: the shipped ones
     assert session.heads is not None and session.heads.hidden == 16
-    assert (session.settings().budget, session.settings().chunk_size) == (48, 16)
+    assert (session.read_settings().budget, session.read_settings().chunk_size) == (48, 16)
     given = load_session(str(model_dir), heads=str(root / "this-model"), device="cpu", dtype="fp32")
-    assert given.heads is not None and given.settings().budget == 6000  # the user's heads: no shipped settings
+    assert given.heads is not None and given.read_settings().budget == 6000  # the user's heads: no shipped settings
     other_dir = save_model_dir(tiny_model("llama", seed=2), tmp_path / "other")
     with pytest.raises(LocretError, match="needs retaining heads"):
         load_session(str(other_dir), device="cpu", dtype="fp32")
@@ -96,5 +96,6 @@ def test_nf4_on_the_cpu_is_the_same_model_and_reads_a_document(tmp_path):
     document = tmp_path / "d.txt"
     document.write_text("The gate code of the north depot is 4821. " * 30)
     result = session.ask(str(document), "What is the gate code?",
-                         session.settings(budget=64, chunk_size=32, stabilizers=16, max_new_tokens=3))
+                         session.read_settings(budget=64, chunk_size=32, stabilizers=16),
+                         session.answer_settings(max_new_tokens=3))
     assert result.cache_kept_tokens == 64 and result.document.tokens > 64 and result.policy == "locret"

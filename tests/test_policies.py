@@ -5,12 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-
 from conftest import tiny_model
-from locret_cli.engine import Engine, Settings
-from locret_cli.heads import RetainingHeads
-from locret_cli.policies import POLICY_NAMES, make_policy, select
 from test_engine import chunks_of, random_ids
+
+from locret_cli.core.engine import Engine
+from locret_cli.core.heads import RetainingHeads
+from locret_cli.core.policies import POLICY_NAMES, make_policy, select
+from locret_cli.core.settings import ReadSettings
 
 
 def test_knorm_scores_minus_the_key_norm():
@@ -41,7 +42,7 @@ def dense_probabilities(model, ids):
 
 
 def prefill(model, policy_name, ids, chunk):
-    settings = Settings(budget=1000, chunk_size=chunk, stabilizers=0, positions="original")
+    settings = ReadSettings(budget=1000, chunk_size=chunk, stabilizers=0, positions="original")
     engine = Engine(model, make_policy(policy_name, model), settings, stop_ids={1})
     for c in chunks_of(ids, chunk):
         engine.prefill_chunk(c.ids)
@@ -72,7 +73,7 @@ def test_snapkv_rescores_with_the_last_window_pooled():
 def test_every_policy_holds_the_same_cache_size_at_every_step(positions):
     model, ids = tiny_model("qwen2"), random_ids(90)
     heads = RetainingHeads.for_model(model, hidden=16)
-    settings = Settings(budget=20, chunk_size=16, stabilizers=4, positions=positions, max_new_tokens=2)
+    settings = ReadSettings(budget=20, chunk_size=16, stabilizers=4, positions=positions)
     sizes = {}
     for name in POLICY_NAMES:
         if name == "full":

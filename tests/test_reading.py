@@ -7,12 +7,14 @@ import textwrap
 
 import pytest
 import torch
+from pdfs import text_pdf
 
 from locret_cli.api import load_session
-from locret_cli.engine import Settings
-from locret_cli.sources import SourceMap
-from locret_cli.demo_data.synthetic import filler_sentence, passkey_fact
-from pdfs import text_pdf
+from locret_cli.api.saved_context import save_reading
+from locret_cli.bench.synthetic import filler_sentence, passkey_fact
+from locret_cli.core.settings import AnswerSettings, ReadSettings
+from locret_cli.core.sources import SourceMap
+from locret_cli.errors import LocretError
 
 GATE = "The gate code of the north depot is 4821."
 QUESTIONS = ["What is the gate code of the north depot?", "What is the pass key?", "Who?"]
@@ -73,7 +75,7 @@ def test_origins_are_token_indices_through_eviction(session, tmp_path):
     eviction, and stay unique and ascending per head."""
     path = tmp_path / "doc.txt"
     path.write_text("\n".join(filler_lines(random.Random(3), 400)))
-    settings = session.settings(positions="original")
+    settings = session.read_settings(positions="original")
     reading = session.read(str(path), settings)
     assert reading.engine.document_tokens > 3 * settings.budget
     for layer in reading.engine.cache.layers:
@@ -114,7 +116,14 @@ def test_an_answer_that_the_document_is_silent_cites_nothing(session, tmp_path):
     path, _ = passkey_pdf(tmp_path / "book.pdf", 6, 3)
     reading = session.read(path)
     answer = reading.ask("What is the pass key?").answer
-    reading.not_stated = lambda said: said == answer  # as if this answer said the document were silent
+    class Silent:  # as if this answer said the document were silent
+        def warning(self, question):
+            return None
+
+        def says_not_stated(self, said):
+            return said == answer
+
+    reading.forms = Silent()
     silent = reading.ask("What is the pass key?")
     assert silent.answer == answer and silent.sources == []
     assert reading.ask("What is the pass key?", sources=0).sources is None
@@ -124,11 +133,15 @@ def test_reading_settings_are_fixed_once_read(session, tmp_path):
     path = tmp_path / "doc.txt"
     path.write_text(GATE)
     reading = session.read(str(path))
-    changed = Settings(**{**vars(reading.settings), "budget": reading.settings.budget + 1})
-    with pytest.raises(Exception, match="--budget is fixed when the document is read"):
-        reading.ask("q?", changed)
-    longer = Settings(**{**vars(reading.settings), "max_new_tokens": 3})
-    assert len(reading.ask("What is the gate code of the north depot?", longer).answer.split()) <= 3
+    save_reading(reading, tmp_path / "doc.locret")
+    changed = ReadSettings(**{**vars(reading.settings), "budget": reading.settings.budget + 1})
+    with pytest.raises(LocretError, match="^budget is fixed when the document is read"):
+        session.open(str(tmp_path / "doc.locret"), changed)
+    with pytest.raises(LocretError, match="^budget is fixed when the document is read"):
+        session.open(str(tmp_path / "doc.locret"), {"budget": reading.settings.budget + 1})
+    assert session.open(str(tmp_path / "doc.locret"), {"budget": reading.settings.budget}).settings == reading.settings
+    shorter = AnswerSettings(max_new_tokens=3)
+    assert len(reading.ask("What is the gate code of the north depot?", shorter).answer.split()) <= 3
 
 
 def test_paragraph_map_is_the_same_however_the_text_is_cut():

@@ -6,22 +6,23 @@ import importlib
 
 import pytest
 import torch
+from conftest import ROPE_VARIANTS, tiny_model
+from test_engine import chunks_of, random_ids
 from transformers import DynamicCache, GPT2Config
 
-from conftest import ROPE_VARIANTS, tiny_model
-from locret_cli.engine import Engine, Settings
-from locret_cli.policies import make_policy
-from test_engine import chunks_of, random_ids
+from locret_cli.core.cache import LocretCache
+from locret_cli.core.engine import Engine
+from locret_cli.core.policies import make_policy
+from locret_cli.core.rope import AngleTable, check_supported, frequencies_for, position_cos_sin, rotary_module, rotate
+from locret_cli.core.settings import ReadSettings
 from locret_cli.errors import LocretError
-from locret_cli.cache import LocretCache
-from locret_cli.rope import AngleTable, check_supported, frequencies_for, position_cos_sin, rotary_module, turn
 
 
 def move(stored, old, new, old_freq, new_freq):
     """Turn keys rotated for (old, old_freq) back to position 0, then forward to (new, new_freq), as the cache does."""
     cos, sin = position_cos_sin(old, old_freq)
-    unrotated = turn(stored, cos, -sin)
-    return turn(unrotated, *position_cos_sin(new, new_freq))
+    unrotated = rotate(stored, cos, -sin)
+    return rotate(unrotated, *position_cos_sin(new, new_freq))
 
 
 def rope_at(model, family, pre_rope_keys, positions):
@@ -68,7 +69,7 @@ def test_dynamic_ntk_growth_moves_cached_keys_to_the_new_frequencies():
     a chunked read of 300 tokens, layer 0's cached keys (which depend only on the tokens) equal those of one pass."""
     model = tiny_model("llama", rope=ROPE_VARIANTS["dynamic"], max_positions=128)
     ids = random_ids(300)
-    engine = Engine(model, make_policy("full", model), Settings(budget=400, chunk_size=64, positions="original"), {1})
+    engine = Engine(model, make_policy("full", model), ReadSettings(budget=400, chunk_size=64, positions="original"), {1})
     frequencies = []
     for chunk in chunks_of(ids, 64):
         engine.prefill_chunk(chunk.ids)
@@ -134,12 +135,12 @@ def drifted_cache(moves: int, dtype=torch.bfloat16):
     cache = LocretCache(1, reserved=512)
     cache.frequencies = freq
     cache.stage(positions.view(-1), positions.view(-1))
-    cache.layers[0].update(turn(pre_rope, *position_cos_sin(positions, freq)).to(dtype), pre_rope.to(dtype))
+    cache.layers[0].update(rotate(pre_rope, *position_cos_sin(positions, freq)).to(dtype), pre_rope.to(dtype))
     everything = torch.arange(512).view(1, 1, 512)
     for _ in range(moves):
         positions = (positions * 0.99).to(torch.int32)
         cache.evict(0, everything, positions)
-    exact = turn(pre_rope, *position_cos_sin(positions, freq))
+    exact = rotate(pre_rope, *position_cos_sin(positions, freq))
     return cache, exact
 
 
@@ -170,7 +171,7 @@ def test_moves_keep_the_unrotated_keys_of_entries_evicted_and_appended_in_betwee
     def append(first: int, count: int, start: int):
         positions = torch.arange(start, start + count)
         cache.stage(positions, torch.arange(first, first + count))
-        layer.update(turn(pre_rope[:, :, first:first + count], *position_cos_sin(positions.expand(1, 2, -1), freq)),
+        layer.update(rotate(pre_rope[:, :, first:first + count], *position_cos_sin(positions.expand(1, 2, -1), freq)),
                      pre_rope[:, :, first:first + count])
 
     append(0, 8, 0)
@@ -179,7 +180,7 @@ def test_moves_keep_the_unrotated_keys_of_entries_evicted_and_appended_in_betwee
     append(8, 4, 4)
     cache.evict(0, torch.tensor([[[0, 3, 4, 7], [1, 2, 5, 6]]]), renumbered)
     origins = layer.origins.long()
-    want = turn(pre_rope.gather(2, origins[..., None].expand(-1, -1, -1, 16)),
+    want = rotate(pre_rope.gather(2, origins[..., None].expand(-1, -1, -1, 16)),
                 *position_cos_sin(torch.arange(4).expand(1, 2, 4), freq))
     assert origins.tolist() == [[[1, 7, 8, 11], [2, 3, 9, 10]]]
     torch.testing.assert_close(layer.keys, want, rtol=1e-5, atol=1e-5)

@@ -7,13 +7,13 @@ import struct
 
 import pytest
 import torch
-
 from conftest import tiny_model
+
 from locret_cli.api import Session, load_session
+from locret_cli.api.saved_context import LAYER_TENSORS, load_reading, save_reading
+from locret_cli.core.heads import RetainingHeads
 from locret_cli.errors import LocretError
-from locret_cli.heads import RetainingHeads
-from locret_cli.loading import LoadedModel
-from locret_cli.saved_context import LAYER_TENSORS, load_reading, save_reading
+from locret_cli.models.loading import LoadedModel
 
 QUESTION = "What is the gate code of the north depot?"
 
@@ -114,7 +114,7 @@ def test_another_model_dtype_or_heads_is_refused(session, saved):
     with pytest.raises(LocretError, match="read by another model"):
         load_reading(path, other, session.loaded.tokenizer, "tiny")
     read_in, other_dtype = ("bf16", "fp32") if model.dtype == torch.bfloat16 else ("fp32", "bf16")  # this CPU's
-    with pytest.raises(LocretError, match=f"pass --dtype {read_in}"):
+    with pytest.raises(LocretError, match=f"pass dtype {read_in}$"):
         load_session(device="cpu", dtype=other_dtype).load(str(path))
     torch.manual_seed(5)
     retrained = RetainingHeads.for_model(model, hidden=session.heads.hidden).eval()

@@ -6,22 +6,23 @@ import json
 
 import pytest
 import torch
-
 from conftest import tiny_model
-from locret_cli.engine import Engine, Settings
-from locret_cli.heads import RetainingHeads
-from locret_cli.policies.locret import LocretPolicy
-from locret_cli.speed import dtype_probe, packed_linear
-from locret_cli.speed.packed_linear import PACKED_ATTRIBUTE, pack_if_room, pack_linears, packable
 from test_engine import chunks_of, random_ids
+
+from locret_cli.core.engine import Engine
+from locret_cli.core.heads import RetainingHeads
+from locret_cli.core.policies.locret import LocretPolicy
+from locret_cli.core.settings import AnswerSettings, ReadSettings
+from locret_cli.models import dtype_probe, packed_linear
+from locret_cli.models.packed_linear import PACKED_ATTRIBUTE, pack_if_room, pack_linears, packable
 
 needs_onednn = pytest.mark.skipif(not packable(torch.nn.Linear(2, 2).to(torch.bfloat16)),
                                   reason="this torch build has no oneDNN packed linear")
 
 
 def answer(model, heads) -> tuple[list[int], torch.Tensor]:
-    engine = Engine(model, LocretPolicy(heads), Settings(budget=40, chunk_size=32, stabilizers=8, max_new_tokens=16),
-                    stop_ids=set())
+    engine = Engine(model, LocretPolicy(heads), ReadSettings(budget=40, chunk_size=32, stabilizers=8), stop_ids=set(),
+                    answering=AnswerSettings(max_new_tokens=16))
     engine.read(chunks_of(random_ids(160), 32))
     logits = engine.forward([3, 4, 5], score=False)
     return engine.decode(engine.pick(logits))[0], logits
@@ -91,9 +92,9 @@ def test_fp32_and_quantized_layers_are_never_packed():
 @needs_onednn
 def test_packing_waits_for_room(monkeypatch):
     model = tiny_model("llama").to(torch.bfloat16)
-    monkeypatch.setattr("locret_cli.measure.available_memory", lambda device: 1000)
+    monkeypatch.setattr("locret_cli.core.measure.available_memory", lambda device: 1000)
     assert pack_if_room(model) == 0 and not hasattr(model.lm_head, PACKED_ATTRIBUTE)
-    monkeypatch.setattr("locret_cli.measure.available_memory", lambda device: 2**40)
+    monkeypatch.setattr("locret_cli.core.measure.available_memory", lambda device: 2**40)
     weights = sum(m.weight.numel() * 2 for m in model.modules() if isinstance(m, torch.nn.Linear))
     assert pack_if_room(model) == weights
 

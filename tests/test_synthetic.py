@@ -5,14 +5,22 @@ from __future__ import annotations
 
 import random
 import re
-
 import string
 
-from locret_cli.demo_data.qa_data import FillerPool, facts_for, fragments, prose_text, qa_example, word_pieces
-from locret_cli.demo_data.synthetic import (POSSESSIVE_ATTRIBUTES, SPLIT_ATTRIBUTES, SPLIT_KINDS, SPLIT_WORDS,
-                                            TRAIN_OWNERS, dev_words, english_words, novel_fact, passkey_fact)
-from locret_cli.tokenizer import TiktokenTokenizer
-from scripts.embedded.validation import OFF_FORM_QUESTIONS, absent_questions, dev_facts
+from locret_cli.bench.synthetic import (
+    POSSESSIVE_ATTRIBUTES,
+    SPLIT_ATTRIBUTES,
+    SPLIT_KINDS,
+    SPLIT_WORDS,
+    TRAIN_OWNERS,
+    dev_words,
+    english_words,
+    novel_fact,
+    passkey_fact,
+)
+from locret_cli.inputs.tokenizer import TiktokenTokenizer
+from recipes.embedded.qa_data import FillerPool, facts_for, fragments, prose_text, qa_example, word_pieces
+from recipes.embedded.validation import OFF_FORM_QUESTIONS, absent_questions, dev_facts
 
 # Pieces that join into dev words ("kennel", "biscuit") or are dev words ("market"): never allowed out whole.
 RISKY_PIECES = ("ken", "nel", "bis", "cuit", "market", "ab", "c", "o")

@@ -8,16 +8,16 @@ from contextlib import contextmanager
 
 import pytest
 import torch
-
 from conftest import byte_tokenizer, llama31_chat_tokenizer, tiny_model
+
 from locret_cli.api import Session
-from locret_cli.embedded import load_embedded
-from locret_cli.engine import Settings
-from locret_cli.loading import LoadedModel
-from locret_cli.prompt import build_prompt, end_of_turn_id, prompt_layout, question_text
-from locret_cli.demo_data.qa_data import document_text
-from locret_cli.demo_data.synthetic import Fact
-from locret_cli.tokenizer import SPECIAL_TOKENS
+from locret_cli.bench.generated import document_text
+from locret_cli.bench.synthetic import Fact
+from locret_cli.core.settings import AnswerSettings, ReadSettings
+from locret_cli.inputs.prompt import build_prompt, end_of_turn_id, prompt_layout, question_text
+from locret_cli.inputs.tokenizer import SPECIAL_TOKENS
+from locret_cli.models.embedded import load_embedded
+from locret_cli.models.loading import LoadedModel
 from locret_cli.training.data import Record, tokenize
 
 FILLER = "The river bends past the old mill, where the miller counts his sacks twice a day. "
@@ -63,9 +63,10 @@ def test_special_token_strings_in_a_document_reach_the_model_as_text(which, embe
     document = FILLER * 3 + " ".join(strings) + " The gate code is 4821. " + "".join(strings) + FILLER
     (tmp_path / "doc.txt").write_text(document)
     question = "What is the gate code? " + strings[-1]
-    settings = Settings(budget=4096, chunk_size=64, stabilizers=8, max_new_tokens=1)  # one token: nothing fed back
+    settings = ReadSettings(budget=4096, chunk_size=64, stabilizers=8)
+    answering = AnswerSettings(max_new_tokens=1)  # one token: nothing fed back
     with ids_fed_to(session.loaded.model) as fed:
-        session.ask(str(tmp_path / "doc.txt"), question, settings)
+        session.ask(str(tmp_path / "doc.txt"), question, settings, answering)
     prompt = build_prompt(tokenizer, question)
     assert fed == prompt.prefix_ids + text_ids(tokenizer, document) + prompt.question_ids
     template_specials = [i for i in prompt.prefix_ids + prompt.question_ids if i in special_ids]

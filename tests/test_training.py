@@ -6,13 +6,13 @@ import json
 
 import pytest
 import torch
+from conftest import save_model_dir, tiny_model
 from typer.testing import CliRunner
 
-from conftest import save_model_dir, tiny_model
 from locret_cli.cli import app
+from locret_cli.core.heads import load_heads
 from locret_cli.errors import LocretError
-from locret_cli.heads import load_heads
-from locret_cli.loading import load_model
+from locret_cli.models.loading import load_model
 from locret_cli.training import TrainConfig, train_heads
 from locret_cli.training.data import Record, load_records, tokenize
 from locret_cli.training.trainer import HeadTrainer

@@ -18,7 +18,8 @@ try:
 except ImportError:  # Windows: no advisory locks, so nothing stops two runs sharing a log
     fcntl = None
 
-from locret_cli.errors import LocretError
+from locret_cli.errors import LocretError, SettingError
+from locret_cli.files import replacing, write_synced
 
 ROW_FIELDS = ("key", "source", "question", "answer", "error", "run")
 
@@ -41,7 +42,7 @@ class AnswerLog:
         its error rows, so that those questions are asked again."""
         path = Path(path).expanduser()
         if path.suffix.lower() != ".jsonl":
-            raise LocretError(f"{path}: --out must end in .jsonl")
+            raise SettingError("{path}: {out} must end in .jsonl", path=path)
         if path.is_dir() or not path.parent.is_dir():
             raise LocretError(f"cannot write {path}: " + ("it is a directory" if path.is_dir() else
                                                           f"{path.parent} is not a directory"))
@@ -50,8 +51,9 @@ class AnswerLog:
             rows, torn = _read_rows(path)
             for row in rows.values():
                 if row["run"] != run:
-                    raise LocretError(f"{path} holds answers made with other options "
-                                      f"({_difference(row['run'], run)}): rerun with those, or write to another --out")
+                    raise SettingError("{path} holds answers made with other options ({difference}): rerun with "
+                                       "those, or write to another {out}", path=path,
+                                       difference=_difference(row["run"], run))
             if retry_failed and any(row["error"] for row in rows.values()):
                 rows = {key: row for key, row in rows.items() if not row["error"]}
                 _rewrite(path, rows.values())
@@ -103,8 +105,8 @@ def _locked(path: Path):
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             handle.close()
-            raise LocretError(f"another locret batch is writing {path}: wait for it, or write to another "
-                              "--out") from None
+            raise SettingError("another locret batch is writing {path}: wait for it, or write to another {out}",
+                               path=path) from None
     return handle
 
 
@@ -127,23 +129,16 @@ def _read_rows(path: Path) -> tuple[dict[str, dict], int]:
         except json.JSONDecodeError:
             row = None
         if not isinstance(row, dict) or any(name not in row for name in ROW_FIELDS):
-            raise LocretError(f"{path} line {number} is not a locret batch row: write to another --out")
+            raise SettingError("{path} line {number} is not a locret batch row: write to another {out}", path=path,
+                               number=number)
         rows[row["key"]] = row
     return rows, torn
 
 
 def _rewrite(path: Path, rows: Iterable[dict]) -> None:
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with temporary.open("w", encoding="utf-8") as f:
-            f.write("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temporary, path)
-    except OSError as exc:
-        raise LocretError(f"cannot rewrite {path}: {exc.strerror}") from None
-    finally:
-        temporary.unlink(missing_ok=True)
+    text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+    with replacing(path, "rewrite") as temporary:
+        write_synced(temporary, lambda f: f.write(text))
 
 
 def _difference(old: dict, new: dict) -> str:

@@ -15,9 +15,9 @@ import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from locret_cli.errors import LocretError
-from locret_cli.jsonl import jsonl_records
-from locret_cli.questions import load_questions
+from locret_cli.errors import LocretError, SettingError
+from locret_cli.inputs.jsonl import jsonl_records
+from locret_cli.inputs.questions import load_questions
 
 DOCUMENT_SUFFIXES = (".pdf", ".txt", ".md", ".rst", ".text")
 HASH_BLOCK = 1 << 20
@@ -62,7 +62,7 @@ def expand_inputs(spec: str, questions_file: str | None = None, exclude: tuple[s
             raise LocretError(f"no file matches {spec}" if glob.has_magic(spec) else f"no such file: {spec}")
         listed = [(m, shared) for m in matches]
     if any(not questions for _, questions in listed):
-        raise LocretError("give --questions FILE: some documents have no questions of their own")
+        raise SettingError("give {questions} FILE: some documents have no questions of their own")
     return _merge(listed)
 
 

@@ -16,7 +16,7 @@ from multiprocessing.connection import wait
 
 from locret_cli.batch.inputs import Job
 from locret_cli.batch.work import DocumentWorker, JobResult, WorkerSpec, error_rows, one_line
-from locret_cli.errors import LocretError
+from locret_cli.errors import LocretError, SettingError
 
 ATTEMPTS = 2  # a document is handed out at most this many times
 STOP_WAIT_S = 10
@@ -96,7 +96,7 @@ class LocalPool:
     def __init__(self, spec: WorkerSpec, workers: int,
                  factory: Callable[[WorkerSpec], DocumentWorker] = DocumentWorker):
         if workers < 1:
-            raise LocretError("--workers must be at least 1")
+            raise SettingError("{workers} must be at least 1")
         self.spec, self.workers, self.factory = spec, workers, factory
         self.context = multiprocessing.get_context("spawn")
 
@@ -114,7 +114,7 @@ class LocalPool:
                     slot = waiting[ready]
                     if slot in slots and not self._receive(slot, queue, on_result, on_tokens):
                         slots.remove(slot)
-                        self._buried(slot, queue, on_result, on_retry)
+                        self._replace_dead_worker(slot, queue, on_result, on_retry)
                         if queue and len(slots) < self.workers:
                             slots.append(self._start())
             finished = True
@@ -148,13 +148,13 @@ class LocalPool:
             return False
         return True
 
-    def _buried(self, slot: Slot, queue: JobQueue, on_result, on_retry) -> None:
+    def _replace_dead_worker(self, slot: Slot, queue: JobQueue, on_result, on_retry) -> None:
         """A worker is gone: hand its document out again, or after ATTEMPTS deaths write it off."""
         slot.process.join(STOP_WAIT_S)
         code = slot.process.exitcode
         if not slot.ready:
-            raise LocretError(f"a worker died while loading the model (exit code {code}); "
-                              "if memory is short, try fewer --workers")
+            raise SettingError("a worker died while loading the model (exit code {code}); if memory is short, try "
+                               "fewer {workers}", code=code)
         if slot.job is not None:
             queue.worker_died(slot.job, f"a worker died reading this document (exit code {code})", on_result, on_retry)
 

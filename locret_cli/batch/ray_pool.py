@@ -13,7 +13,7 @@ from collections.abc import Callable
 from locret_cli.batch.inputs import Job
 from locret_cli.batch.local_pool import JobQueue
 from locret_cli.batch.work import DocumentWorker, JobResult, WorkerSpec, one_line
-from locret_cli.errors import LocretError
+from locret_cli.errors import LocretError, SettingError
 
 
 class RayWorker:
@@ -33,7 +33,7 @@ def import_ray():
     try:
         import ray
     except ImportError:
-        raise LocretError("--ray needs Ray: pip install 'locret-cli[ray]'") from None
+        raise SettingError("{ray} needs Ray: pip install 'locret-cli[ray]'") from None
     return ray
 
 
@@ -46,7 +46,7 @@ class RayPool:
     def __init__(self, address: str, spec: WorkerSpec, workers: int | None = None,
                  factory: Callable[[WorkerSpec], DocumentWorker] = DocumentWorker):
         if workers is not None and workers < 1:
-            raise LocretError("--workers must be at least 1")
+            raise SettingError("{workers} must be at least 1")
         self.ray = import_ray()
         self.address, self.spec, self.workers, self.factory = address, spec, workers, factory
 
@@ -82,7 +82,7 @@ class RayPool:
                               "--head`, or pass --ray local)") from None
 
     def _gpus(self) -> int:
-        return 0 if self.spec.device == "cpu" else int(self.ray.cluster_resources().get("GPU", 0))
+        return 0 if self.spec.model.device == "cpu" else int(self.ray.cluster_resources().get("GPU", 0))
 
     def _default_workers(self) -> int:
         cpus = int(self.ray.cluster_resources().get("CPU", 1))

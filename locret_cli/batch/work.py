@@ -15,8 +15,9 @@ from pathlib import Path
 
 from locret_cli.batch.answer_log import row_key
 from locret_cli.batch.inputs import Job
+from locret_cli.core.settings import split_given
 from locret_cli.errors import LocretError
-
+from locret_cli.models.spec import ModelSpec
 
 
 @dataclass
@@ -24,13 +25,7 @@ class WorkerSpec:
     """How a worker loads its model and answers: plain values, so it crosses to worker processes and Ray actors.
     `settings` holds only the settings given (None values left out); the model's recorded defaults fill the rest."""
 
-    model: str | None = None
-    heads: str | None = None
-    policy: str = "locret"
-    device: str = "auto"
-    dtype: str = "auto"
-    load_4bit: bool = False
-    trust_remote_code: bool = False
+    model: ModelSpec = field(default_factory=ModelSpec)
     settings: dict = field(default_factory=dict)
     sources: bool = True  # name the pages (or lines) each answer drew on
     save_contexts: str | None = None
@@ -38,8 +33,9 @@ class WorkerSpec:
 
     def run(self) -> dict:
         """What the answers depend on, as given: rows made under another `run` are not this run's answers."""
-        return {"model": self.model, "heads": self.heads, "policy": self.policy, "dtype": self.dtype,
-                "load_4bit": self.load_4bit, **dict(sorted(self.settings.items()))}
+        model = self.model
+        return {"model": model.model, "heads": model.heads, "policy": model.policy, "dtype": model.dtype,
+                "load_4bit": model.load_4bit, **dict(sorted(self.settings.items()))}
 
 
 @dataclass
@@ -57,16 +53,17 @@ class DocumentWorker:
         import torch
 
         from locret_cli.api import load_session
-        from locret_cli.library_logs import quiet_libraries
-        from locret_cli.reading import SOURCES_SHOWN
+        from locret_cli.api.reading import SOURCES_SHOWN
+        from locret_cli.models.library_logs import quiet_libraries
 
         if spec.threads:
             torch.set_num_threads(spec.threads)
         quiet_libraries()
         self.spec = spec
-        self.session = load_session(spec.model, spec.heads, spec.policy, spec.device, spec.dtype, spec.load_4bit,
-                                    spec.trust_remote_code)
-        self.settings = self.session.settings(**spec.settings)
+        self.session = load_session(spec.model)
+        read, answer = split_given(spec.settings)
+        self.settings = self.session.read_settings(**read)
+        self.answering = self.session.answer_settings(**answer)
         self.sources = SOURCES_SHOWN if spec.sources else 0
         self.name = f"{socket.gethostname()}:{os.getpid()}"
 
@@ -79,7 +76,7 @@ class DocumentWorker:
         rows = []
         for question in job.questions:
             try:
-                result = reading.ask(question, self.settings, sources=self.sources)
+                result = reading.ask(question, self.answering, sources=self.sources)
             except Exception as exc:  # noqa: BLE001
                 rows.append(error_rows(job, self.spec, one_line(exc), self.name, [question])[0])
                 continue
@@ -90,19 +87,17 @@ class DocumentWorker:
         saved = None
         if self.spec.save_contexts:
             saved = Path(self.spec.save_contexts) / f"{Path(job.source).stem}-{job.sha256[:12]}.locret"
-            if saved.exists():
-                reading = self.session.load(str(saved))
-                reading.answer_settings(self.settings)  # refuses a context read with other settings
-                return reading, 0
+            if saved.exists():  # refused if it was read with other settings
+                return self.session.open(str(saved), self.settings), 0
         seen = [0]
 
         def progress(event) -> None:
             on_tokens(event.tokens - seen[0])
             seen[0] = event.tokens
 
-        reading = self.session.read(job.source, self.settings, on_progress=progress if on_tokens else None)
+        reading = self.session.open(job.source, self.settings, on_progress=progress if on_tokens else None)
         if saved:
-            from locret_cli.saved_context import save_reading
+            from locret_cli.api.saved_context import save_reading
 
             save_reading(reading, saved, self.session.heads)
         return reading, reading.document.tokens
@@ -112,7 +107,7 @@ def answer_row(job: Job, spec: WorkerSpec, question: str, worker: str, result) -
     return row(job, spec, question, worker, answer=result.answer,
                sources=None if result.sources is None else [s.to_json() for s in result.sources],
                pages=result.document.pages, tokens=result.document.tokens, model=result.model, policy=result.policy,
-               settings=asdict(result.settings),
+               settings={**asdict(result.settings), **asdict(result.answering)},
                timings={"read_s": round(result.read_s, 4), "answer_s": round(result.answer_s, 4),
                         "loaded_from": result.loaded_from})
 
@@ -127,7 +122,7 @@ def row(job: Job, spec: WorkerSpec, question: str, worker: str | None, **fields)
     """The one place a row's keys are listed (docs/batch.md); `fields` fills in what is known."""
     return {"key": row_key(job.document_id, question), "source": job.source, "source_sha256": job.sha256,
             "same_as": job.same_as, "question": question, "answer": None, "sources": None, "pages": None,
-            "tokens": None, "model": spec.model, "policy": spec.policy, "settings": None, "run": spec.run(),
+            "tokens": None, "model": spec.model.model, "policy": spec.model.policy, "settings": None, "run": spec.run(),
             "timings": None, "worker": worker, "error": None, **fields}
 
 

@@ -11,64 +11,46 @@ import json
 import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 
 import torch
 
 from locret_cli.api import Session, load_session
-from locret_cli.arch import random_model
 from locret_cli.bench.flops import FlopCounter, counting
 from locret_cli.bench.tasks import contains_match, data_samples, generated_samples, text_document
+from locret_cli.core.measure import available_memory, full_cache_bytes, peak_memory, reset_peak, weight_bytes
+from locret_cli.core.settings import AnswerSettings, ReadSettings, split_given
 from locret_cli.errors import LocretError
-from locret_cli.heads import RetainingHeads
-from locret_cli.loading import LoadedModel, choose_dtype, resolve_device
-from locret_cli.measure import available_memory, full_cache_bytes, peak_memory, reset_peak, weight_bytes
-from locret_cli.prompt import prompt_layout
-from locret_cli.tokenizer import TiktokenTokenizer
+from locret_cli.inputs.prompt import prompt_layout
+from locret_cli.models.spec import ModelSpec
 
 
 @dataclass
 class CellSpec:
-    policy: str
     length: int | None  # None with --data: the documents are the user's
     task: str
     samples: int
-    settings: dict  # Settings overrides; None values fall back to the model's defaults
-    model: str | None = None
-    arch: str | None = None
-    heads: str | None = None
+    settings: dict  # settings given; None values fall back to the model's defaults
+    model: ModelSpec = field(default_factory=ModelSpec)  # as JSON, a dict of its fields
     data: str | None = None
-    device: str = "auto"
-    dtype: str = "auto"
-    load_4bit: bool = False
-    trust_remote_code: bool = False
     memory_limit_bytes: int | None = None  # what `full` may use, weights included; default: what is free now
 
-
-def open_session(spec: CellSpec) -> Session:
-    """The model the spec names: a random-weights shape preset (`arch`), a real model, or the embedded one."""
-    if spec.arch is None:
-        return load_session(spec.model, spec.heads, spec.policy, spec.device, spec.dtype, spec.load_4bit,
-                            spec.trust_remote_code)
-    device = resolve_device(spec.device)
-    dtype = choose_dtype(spec.dtype, device)
-    model = random_model(spec.arch, dtype.dtype).to(device)
-    torch.manual_seed(0)
-    heads = RetainingHeads.for_model(model).to(device=device, dtype=model.dtype).eval()
-    tokenizer = TiktokenTokenizer.byte_level()
-    loaded = LoadedModel(model, tokenizer, f"{spec.arch} shape, random weights", {}, dtype.reason)
-    return Session(loaded, heads, spec.policy)
+    def __post_init__(self):
+        if isinstance(self.model, dict):
+            self.model = ModelSpec(**self.model)
 
 
 def run_cell(spec: CellSpec) -> dict:
     """Every figure of one cell: accuracy, memory peaks, speed and the FLOPs it needed."""
-    session = open_session(spec)
+    session = load_session(spec.model)
     model, tokenizer = session.loaded.model, session.loaded.tokenizer
-    settings = session.settings(**spec.settings)
-    if spec.policy == "full" and spec.length is not None:
-        reason = full_cache_misfit(model, spec.length + 256 + settings.max_new_tokens, spec.memory_limit_bytes)
+    read, answer = split_given(spec.settings)
+    settings, answering = session.read_settings(**read), session.answer_settings(**answer)
+    resolved = {**asdict(settings), **asdict(answering)}
+    if spec.model.policy == "full" and spec.length is not None:
+        reason = full_cache_misfit(model, spec.length + 256 + answering.max_new_tokens, spec.memory_limit_bytes)
         if reason:
-            return {"skipped": reason, "model": session.loaded.name, "settings": asdict(settings)}
+            return {"skipped": reason, "model": session.loaded.name, "settings": resolved}
     samples = data_samples(spec.data) if spec.data else generated_samples(spec.task, tokenizer, spec.length,
                                                                           spec.samples)
     warm_up(session, settings)
@@ -81,7 +63,7 @@ def run_cell(spec: CellSpec) -> dict:
         for sample in samples:
             reading = session.read(sample.document, settings, force=True)
             for i, question in enumerate(sample.questions):
-                result = reading.ask(question.question, sources=0)
+                result = reading.ask(question.question, answering, sources=0)
                 exact.append(question.is_exact(result.answer))
                 contains.append(contains_match(result.answer, question.answer))
                 decode_s, decode_steps = decode_s + result.decode_s, decode_steps + result.decode_steps
@@ -93,7 +75,7 @@ def run_cell(spec: CellSpec) -> dict:
                     tokens.append(result.document.tokens)
     measured_s = time.perf_counter() - started
     peak, peak_kind = peak_memory(model.device)
-    meaningful = spec.arch is None
+    meaningful = spec.model.arch is None
     return {
         "accuracy": statistics.fmean(exact) if meaningful else None,
         "contains_accuracy": statistics.fmean(contains) if meaningful else None,
@@ -111,7 +93,7 @@ def run_cell(spec: CellSpec) -> dict:
         "measured_s": measured_s,
         "model": session.loaded.name,
         "compute": reading.compute,
-        "settings": asdict(settings),
+        "settings": resolved,
     }
 
 
@@ -124,12 +106,12 @@ def full_cache_misfit(model, tokens: int, limit: int | None) -> str | None:
     return f"would need {need / 2**30:.1f} GiB of KV cache; {max(room, 0) / 2**30:.1f} GiB free"
 
 
-def warm_up(session: Session, settings) -> None:
+def warm_up(session: Session, settings: ReadSettings) -> None:
     """One short run through the same code paths (two chunks, so eviction runs too), left out of the figures."""
     prefix = prompt_layout(session.loaded.tokenizer).head_ids
-    short = replace(settings, budget=len(prefix) + 16, stabilizers=4, chunk_size=16, max_new_tokens=2)
+    short = replace(settings, budget=len(prefix) + 16, stabilizers=4, chunk_size=16)
     text = "The warm-up text. " * (8 + len(prefix) // 4)  # longer than the budget, so eviction runs
-    session.read(text_document(text), short, force=True).ask("Why?", sources=0)
+    session.read(text_document(text), short, force=True).ask("Why?", AnswerSettings(max_new_tokens=2), sources=0)
 
 
 def main() -> None:

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 
 import torch
 
-from locret_cli.heads import ModelShape
+from locret_cli.core.shape import ModelShape
 
 
 class FlopCounter:

@@ -9,8 +9,8 @@ from pathlib import Path
 from rich.table import Table
 
 from locret_cli.bench.runner import ROW_FIELDS, BenchResult
-from locret_cli.errors import LocretError
-from locret_cli.measure import human_bytes
+from locret_cli.core.measure import human_bytes
+from locret_cli.errors import SettingError
 
 
 def bench_table(result: BenchResult) -> Table:
@@ -80,7 +80,7 @@ def write_plot(result: BenchResult, path: str | Path) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise LocretError("--plot needs matplotlib: pip install matplotlib") from None
+        raise SettingError("{plot} needs matplotlib: pip install matplotlib") from None
     path = Path(path)
     figure, (accuracy_axis, memory_axis) = plt.subplots(1, 2, figsize=(11, 4.2))
     tasks = sorted({row["task"] for row in result.rows})

@@ -18,13 +18,14 @@ from dataclasses import asdict, dataclass, field
 import torch
 import transformers
 
-from locret_cli.arch import PRESETS
 from locret_cli.bench.flops import matmul_rate, memory_rate
 from locret_cli.bench.tasks import TASKS
-from locret_cli.errors import LocretError
-from locret_cli.loading import resolve_device, resolve_dtype
-from locret_cli.policies import POLICY_NAMES
-from locret_cli.speed.dtype_probe import cpu_name
+from locret_cli.core.policies import POLICY_NAMES
+from locret_cli.errors import LocretError, SettingError
+from locret_cli.models.arch import PRESETS
+from locret_cli.models.dtype_probe import cpu_name
+from locret_cli.models.loading import resolve_device, resolve_dtype
+from locret_cli.models.spec import ModelSpec
 
 ROW_FIELDS = ("task", "length", "policy", "accuracy", "contains_accuracy", "kv_peak_bytes", "peak_bytes",
               "prefill_tokens_per_s", "decode_tokens_per_s", "time_to_first_token_s", "skipped", "document_tokens",
@@ -57,11 +58,16 @@ class BenchConfig:
     trust_remote_code: bool = False
     memory_limit_gb: float | None = None
 
+    def model_spec(self, policy: str) -> ModelSpec:
+        """The model each cell of `policy` loads."""
+        return ModelSpec(self.model, self.heads, policy, self.device, self.dtype, self.load_4bit,
+                         self.trust_remote_code, self.arch)
+
     def checked(self) -> "BenchConfig":
         if self.model and self.arch:
-            raise LocretError("choose --model or --arch, not both")
+            raise SettingError("choose {model} or {arch}, not both")
         if self.arch and self.load_4bit:
-            raise LocretError("--load-4bit applies to --model; --arch builds its random weights in --dtype")
+            raise SettingError("{load_4bit} applies to {model}; {arch} builds its random weights in {dtype}")
         if self.arch and self.arch not in PRESETS:
             raise LocretError(f"unknown shape preset {self.arch!r}; choose one of {', '.join(PRESETS)}")
         unknown = [p for p in self.policies if p not in POLICY_NAMES]
@@ -69,11 +75,11 @@ class BenchConfig:
             raise LocretError(f"unknown policy {', '.join(unknown) or '(none)'}; choose from {', '.join(POLICY_NAMES)}")
         bad_tasks = [t for t in self.tasks if t not in TASKS]
         if bad_tasks and not self.data:
-            raise LocretError(f"unknown task {', '.join(bad_tasks)}; choose needle or facts, or pass --data FILE")
+            raise SettingError("unknown task {bad}; choose needle or facts, or pass {data} FILE", bad=", ".join(bad_tasks))
         if not self.lengths or min(self.lengths) < 64:
-            raise LocretError("--lengths must list token counts of at least 64, such as 4k,16k")
+            raise SettingError("{lengths} must list token counts of at least 64, such as 4k,16k")
         if self.samples < 1 or self.repeat < 1:
-            raise LocretError("--samples and --repeat must be at least 1")
+            raise SettingError("{samples} and {repeat} must be at least 1")
         return self
 
 
@@ -94,7 +100,7 @@ def parse_lengths(spec: str) -> list[int]:
         try:
             out.append(int(float(item[:-1]) * 1024) if item.endswith("k") else int(item))
         except ValueError:
-            raise LocretError(f"--lengths: {item!r} is not a token count such as 4096 or 4k") from None
+            raise SettingError("{lengths}: {item!r} is not a token count such as 4096 or 4k", item=item) from None
     return out
 
 
@@ -121,10 +127,8 @@ def cell_spec(config: BenchConfig, task: str, length: int | None, policy: str) -
     settings = {"budget": config.budget, "chunk_size": config.chunk_size, "stabilizers": config.stabilizers,
                 "positions": config.positions, "max_new_tokens": config.max_new_tokens}
     limit = int(config.memory_limit_gb * 2**30) if config.memory_limit_gb else None
-    return {"policy": policy, "length": length, "task": task, "samples": config.samples, "settings": settings,
-            "model": config.model, "arch": config.arch, "heads": config.heads, "data": config.data,
-            "device": config.device, "dtype": config.dtype, "load_4bit": config.load_4bit,
-            "trust_remote_code": config.trust_remote_code, "memory_limit_bytes": limit}
+    return {"length": length, "task": task, "samples": config.samples, "settings": settings,
+            "model": config.model_spec(policy).to_json(), "data": config.data, "memory_limit_bytes": limit}
 
 
 def run_cell_process(spec: dict) -> dict:

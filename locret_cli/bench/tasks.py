@@ -14,11 +14,11 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from locret_cli.documents import Document, Segment, open_document
-from locret_cli.errors import LocretError
-from locret_cli.jsonl import jsonl_records
-from locret_cli.demo_data.qa_data import document_text
-from locret_cli.demo_data.synthetic import novel_fact, passkey_fact
+from locret_cli.bench.generated import document_text
+from locret_cli.bench.synthetic import novel_fact, passkey_fact
+from locret_cli.errors import SettingError
+from locret_cli.inputs.documents import Document, Segment, open_document
+from locret_cli.inputs.jsonl import jsonl_records
 
 TASKS = ("needle", "facts")
 BENCH_SEED = 20_000
@@ -60,7 +60,7 @@ def needle_depths(samples: int) -> list[float]:
 def generated_samples(task: str, tokenizer, length: int, samples: int) -> list[Sample]:
     """`samples` documents of about `length` tokens for task `needle` or `facts`, the same on every run."""
     if task not in TASKS:
-        raise LocretError(f"unknown task {task!r}; choose needle or facts, or pass --data FILE")
+        raise SettingError("unknown task {task!r}; choose needle or facts, or pass {data} FILE", task=task)
     out = []
     for index, depth in enumerate(needle_depths(samples)):
         rng = random.Random(BENCH_SEED + 7919 * length + 31 * index + (0 if task == "needle" else 1))
@@ -79,14 +79,15 @@ def data_samples(path: str | Path) -> list[Sample]:
     (relative to the JSONL's folder) is read from that file."""
     path = Path(path)
     if not path.is_file():
-        raise LocretError(f"--data {path}: no such file")
+        raise SettingError("{data} {path}: no such file", path=path)
     out = []
     for number, record in jsonl_records(path.read_text(encoding="utf-8").splitlines(), f"--data {path}"):
         if not isinstance(record, dict):
-            raise LocretError(f"--data {path} line {number}: not a JSON object")
+            raise SettingError("{data} {path} line {number}: not a JSON object", path=path, number=number)
         missing = [k for k in ("context", "question", "answer") if not isinstance(record.get(k), str)]
         if missing:
-            raise LocretError(f"--data {path} line {number}: needs string field(s) {', '.join(missing)}")
+            raise SettingError("{data} {path} line {number}: needs string field(s) {missing}", path=path, number=number,
+                               missing=", ".join(missing))
         context = record["context"]
         linked = (path.parent / context) if len(context) < 4096 and "\n" not in context else None
         if linked is not None and linked.suffix.lower() in (".pdf", ".txt") and linked.is_file():
@@ -95,7 +96,7 @@ def data_samples(path: str | Path) -> list[Sample]:
             document = text_document(context, name=f"{path.name}:{number}")
         out.append(Sample(document, [Question(record["question"], record["answer"])]))
     if not out:
-        raise LocretError(f"--data {path} holds no records")
+        raise SettingError("{data} {path} holds no records", path=path)
     return out
 
 

@@ -11,8 +11,9 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
-from locret_cli.errors import LocretError
+from locret_cli.errors import LocretError, SettingError
 
 app = typer.Typer(
     add_completion=False,
@@ -37,15 +38,27 @@ def _root(
     """Read documents once and ask them questions; train heads; benchmark policies."""
 
 
+def flag(setting: str) -> str:
+    """The command-line flag that sets the library's `setting`: `chunk_size` is `--chunk-size`."""
+    return "--" + setting.replace("_", "-")
+
+
+def render(message: str | LocretError) -> str:
+    """A library message as the command line says it: the settings it names, as flags."""
+    return message.render(flag) if isinstance(message, SettingError) else str(message)
+
+
 def domain_errors(command):
-    """Turn LocretError into one line on stderr and exit status 1; Ctrl-C into status 130."""
+    """Turn LocretError into one line on stderr (settings named by their flags) and exit status 1; Ctrl-C into
+    status 130."""
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
         try:
             return command(*args, **kwargs)
         except LocretError as exc:
-            Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {exc}", markup=True)
+            console = Console(stderr=True, highlight=False, soft_wrap=True)
+            console.print("[bold red]error:[/] " + escape(render(exc)), markup=True)
             raise typer.Exit(1) from None
         except KeyboardInterrupt:
             Console(stderr=True).print("interrupted")

@@ -10,10 +10,12 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from locret_cli.cli import app, domain_errors
-from locret_cli.cli import options as o
+from locret_cli.cli import app, domain_errors, options
 from locret_cli.errors import LocretError
-from locret_cli.library_logs import quiet_libraries
+from locret_cli.files import check_output
+from locret_cli.inputs.questions import check_question
+from locret_cli.models.library_logs import quiet_libraries
+from locret_cli.models.spec import ModelSpec
 
 
 @app.command()
@@ -21,26 +23,26 @@ from locret_cli.library_logs import quiet_libraries
 def read(
     source: Annotated[str, typer.Argument(help="A .pdf or text file, or - to read stdin.")],
     output: Annotated[str, typer.Option("-o", "--output", help="Where to save the read context; must end in .locret.")],
-    model: o.Model = None, heads: o.Heads = None, policy: o.PolicyName = None, budget: o.Budget = None,
-    chunk_size: o.ChunkSize = None, stabilizers: o.Stabilizers = None, positions: o.Positions = None,
-    score_pool: o.ScorePool = None, device: o.Device = "auto", dtype: o.Dtype = "auto", load_4bit: o.Load4bit = False,
-    trust_remote_code: o.TrustRemoteCode = False, encoding: o.Encoding = None, kept_map: o.KeptMap = None,
+    model: options.Model = None, heads: options.Heads = None, policy: options.PolicyName = None, budget: options.Budget = None,
+    chunk_size: options.ChunkSize = None, stabilizers: options.Stabilizers = None, positions: options.Positions = None,
+    score_pool: options.ScorePool = None, device: options.Device = "auto", dtype: options.Dtype = "auto", load_4bit: options.Load4bit = False,
+    trust_remote_code: options.TrustRemoteCode = False, encoding: options.Encoding = None, kept_map: options.KeptMap = None,
     force: Annotated[bool, typer.Option("--force", help="Replace OUTPUT if it exists, and run even when the estimated memory need exceeds what is free.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout and nothing else.")] = False,
-    quiet: o.Quiet = False,
+    quiet: options.Quiet = False,
 ) -> None:
     """Read the document at SOURCE once and save its bounded cache to OUTPUT, to ask it later with `locret ask`."""
-    from locret_cli.report import saved_table
-    from locret_cli.saved_context import check_output, save_reading
+    from locret_cli.api.saved_context import SUFFIX, save_reading
+    from locret_cli.cli.report import saved_table
 
     quiet_libraries()
     err = Console(stderr=True, highlight=False, soft_wrap=True)
-    check_output(output, force)
+    check_output(output, force, SUFFIX)
     if kept_map:
-        check_output(kept_map, force, suffix=".png")
-    choice = o.ModelChoice(model, heads, policy, device, dtype, load_4bit, trust_remote_code)
-    session, reading, _ = o.open_reading(source, choice, o.ReadChoice(budget, chunk_size, stabilizers, positions,
-                                                                      score_pool), {}, err, quiet, encoding, force)
+        check_output(kept_map, force, ".png")
+    spec = ModelSpec(model, heads, policy, device, dtype, load_4bit, trust_remote_code)
+    read_settings = options.read_given(budget, chunk_size, stabilizers, positions, score_pool)
+    session, reading, _ = options.open_reading(source, spec, read_settings, {}, err, quiet, encoding, force)
     for message in reading.warnings:
         err.print(f"[yellow]warning:[/] {message}")
     saved = save_reading(reading, output, session.heads, force)
@@ -61,21 +63,21 @@ def ask(
     question: Annotated[Optional[str], typer.Argument(help="The question to answer from the document.")] = None,
     questions: Annotated[Optional[list[str]], typer.Option("-Q", "--question", help="A question; repeat for several, all answered from one read.")] = None,
     questions_file: Annotated[Optional[str], typer.Option("--questions", help="A file of questions: one per line, or JSONL with a \"question\" key.")] = None,
-    model: o.Model = None, heads: o.Heads = None, policy: o.PolicyName = None, budget: o.Budget = None,
-    chunk_size: o.ChunkSize = None, stabilizers: o.Stabilizers = None, positions: o.Positions = None,
-    score_pool: o.ScorePool = None, max_new_tokens: o.MaxNewTokens = None, temperature: o.Temperature = 0.0,
-    top_p: o.TopP = 1.0, seed: o.Seed = 0, device: o.Device = "auto", dtype: o.Dtype = "auto",
-    load_4bit: o.Load4bit = False, trust_remote_code: o.TrustRemoteCode = False, encoding: o.Encoding = None,
-    force: o.Force = False, kept_map: o.KeptMap = None,
+    model: options.Model = None, heads: options.Heads = None, policy: options.PolicyName = None, budget: options.Budget = None,
+    chunk_size: options.ChunkSize = None, stabilizers: options.Stabilizers = None, positions: options.Positions = None,
+    score_pool: options.ScorePool = None, max_new_tokens: options.MaxNewTokens = None, temperature: options.Temperature = 0.0,
+    top_p: options.TopP = 1.0, seed: options.Seed = 0, device: options.Device = "auto", dtype: options.Dtype = "auto",
+    load_4bit: options.Load4bit = False, trust_remote_code: options.TrustRemoteCode = False, encoding: options.Encoding = None,
+    force: options.Force = False, kept_map: options.KeptMap = None,
     no_sources: Annotated[bool, typer.Option("--no-sources", help="Do not work out which pages each answer drew on.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout (all the answers) and nothing else.")] = False,
     as_jsonl: Annotated[bool, typer.Option("--jsonl", help="Print one JSON line per answer on stdout, as each is ready.")] = False,
-    quiet: o.Quiet = False,
+    quiet: options.Quiet = False,
 ) -> None:
     """Answer questions from the document at SOURCE, reading it once, with the pages each answer drew on."""
-    from locret_cli.questions import load_questions
-    from locret_cli.reading import SOURCES_SHOWN
-    from locret_cli.report import answers_table, cost_table, multi_cost_table, sources_line
+    from locret_cli.api.reading import SOURCES_SHOWN
+    from locret_cli.cli.report import answers_table, cost_table, multi_cost_table, sources_line
+    from locret_cli.inputs.questions import load_questions
 
     quiet_libraries()
     err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -84,26 +86,24 @@ def ask(
     asked += load_questions(questions_file) if questions_file else []
     if not asked:
         raise LocretError("give a QUESTION, one or more -Q, or --questions FILE")
-    if any(not q.strip() for q in asked):
-        raise LocretError("the question is empty")
+    for text in asked:
+        check_question(text)
     if as_json and as_jsonl:
         raise LocretError("choose one of --json and --jsonl")
     if kept_map:
-        from locret_cli.saved_context import check_output
-
-        check_output(kept_map, False, suffix=".png")
-    choice = o.ModelChoice(model, heads, policy, device, dtype, load_4bit, trust_remote_code)
-    answer = {k: v for k, v in dict(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
-                                    seed=seed).items() if v is not None}
-    _, reading, settings = o.open_reading(source, choice, o.ReadChoice(budget, chunk_size, stabilizers, positions,
-                                                                       score_pool), answer, err, quiet, encoding, force)
+        check_output(kept_map, False, ".png")
+    spec = ModelSpec(model, heads, policy, device, dtype, load_4bit, trust_remote_code)
+    read_settings = options.read_given(budget, chunk_size, stabilizers, positions, score_pool)
+    answer_settings = options.answer_given(max_new_tokens, temperature, top_p, seed)
+    _, reading, answering = options.open_reading(source, spec, read_settings, answer_settings, err, quiet, encoding,
+                                                 force)
     for message in reading.warnings:
         err.print(f"[yellow]warning:[/] {message}")
     results = []
     for text in asked:
         for message in [] if quiet else reading.question_warnings(text):
             err.print(f"[yellow]warning:[/] {message}")
-        result = reading.ask(text, settings, sources=0 if no_sources else SOURCES_SHOWN)
+        result = reading.ask(text, answering, sources=0 if no_sources else SOURCES_SHOWN)
         results.append(result)
         if as_jsonl:
             sys.stdout.write(json.dumps(result.to_json()) + "\n")
@@ -135,7 +135,7 @@ def ask(
 
 
 def draw_kept_map(reading, cited, path: str, force: bool = False) -> None:
-    from locret_cli.kept_map import write_kept_map
+    from locret_cli.cli.kept_map import write_kept_map
 
     labels, kept = reading.kept_map()
     title = (f"{Path(reading.document.name).name}: {reading.engine.kept_tokens:,} entries kept per head of "

@@ -10,9 +10,9 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from locret_cli.cli import app, domain_errors
-from locret_cli.cli import options as o
+from locret_cli.cli import app, domain_errors, options
 from locret_cli.errors import LocretError
+from locret_cli.models.spec import ModelSpec
 
 EXIT_SOME_FAILED = 3
 
@@ -29,11 +29,11 @@ def batch(
     save_contexts: Annotated[Optional[str], typer.Option("--save-contexts", help="Keep each document's read cache as DIR/<name>-<hash>.locret; a rerun loads it instead of reading again.")] = None,
     sort: Annotated[bool, typer.Option("--sort", help="When done, rewrite --out in input order (rows are written in completion order).")] = False,
     retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Ask again the questions whose rows in --out are errors (those rows are removed).")] = False,
-    model: o.Model = None, heads: o.Heads = None, policy: o.PolicyName = None, budget: o.Budget = None,
-    chunk_size: o.ChunkSize = None, stabilizers: o.Stabilizers = None, positions: o.Positions = None,
-    score_pool: o.ScorePool = None, max_new_tokens: o.MaxNewTokens = None, temperature: o.Temperature = 0.0,
-    top_p: o.TopP = 1.0, seed: o.Seed = 0, device: o.Device = "auto", dtype: o.Dtype = "auto",
-    load_4bit: o.Load4bit = False, trust_remote_code: o.TrustRemoteCode = False,
+    model: options.Model = None, heads: options.Heads = None, policy: options.PolicyName = None, budget: options.Budget = None,
+    chunk_size: options.ChunkSize = None, stabilizers: options.Stabilizers = None, positions: options.Positions = None,
+    score_pool: options.ScorePool = None, max_new_tokens: options.MaxNewTokens = None, temperature: options.Temperature = 0.0,
+    top_p: options.TopP = 1.0, seed: options.Seed = 0, device: options.Device = "auto", dtype: options.Dtype = "auto",
+    load_4bit: options.Load4bit = False, trust_remote_code: options.TrustRemoteCode = False,
     no_sources: Annotated[bool, typer.Option("--no-sources", help="Do not work out which pages each answer drew on.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the run's summary as one JSON document on stdout.")] = False,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="No progress bar and no summary table.")] = False,
@@ -46,18 +46,17 @@ def batch(
     from locret_cli.batch.local_pool import LocalPool, default_workers, usable_cores
     from locret_cli.batch.runner import input_order, run_batch
     from locret_cli.batch.work import WorkerSpec
-    from locret_cli.report import BatchBar, batch_table
+    from locret_cli.cli.report import BatchBar, batch_table
 
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     if save_contexts and not Path(save_contexts).is_dir():
         raise LocretError(f"--save-contexts {save_contexts} is not a directory")
     jobs = expand_inputs(inputs, questions_file, exclude=(out,))
-    given = o.ReadChoice(budget, chunk_size, stabilizers, positions, score_pool).given()
-    given.update({k: v for k, v in dict(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
-                                        seed=seed).items() if v is not None})
+    given = options.read_given(budget, chunk_size, stabilizers, positions, score_pool)
+    given.update(options.answer_given(max_new_tokens, temperature, top_p, seed))
     local_workers = workers or (None if ray else default_workers(device))
-    spec = WorkerSpec(model, heads, policy or "locret", device, dtype, load_4bit, trust_remote_code,
-                      given, not no_sources,
+    model_spec = ModelSpec(model, heads, policy or "locret", device, dtype, load_4bit, trust_remote_code)
+    spec = WorkerSpec(model_spec, given, not no_sources,
                       str(Path(save_contexts).resolve()) if save_contexts else None,
                       threads or (None if ray else max(1, usable_cores() // local_workers)))
     if ray:

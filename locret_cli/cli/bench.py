@@ -9,8 +9,8 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from locret_cli.cli import app, domain_errors
-from locret_cli.cli import options as o
+from locret_cli.cli import app, domain_errors, options
+from locret_cli.core.settings import POLICY_NAMES
 from locret_cli.errors import LocretError
 
 
@@ -20,7 +20,7 @@ def bench(
     model: Annotated[Optional[str], typer.Option(help="Hub id, local directory, .gguf file, or smollm2 (SmolLM2-135M-Instruct, with shipped heads). Default: the embedded model.")] = None,
     arch: Annotated[Optional[str], typer.Option(help="A shape preset with random weights: smollm2-135m, qwen2.5-0.5b, llama-3.2-1b, llama-3.1-8b or phi-3-mini-128k. Speed and memory only.")] = None,
     heads: Annotated[Optional[str], typer.Option(help="Retaining heads for --model (the locret policy needs them).")] = None,
-    policies: Annotated[str, typer.Option(help="Comma-separated policies.")] = "locret,streaming,h2o,snapkv,random,knorm,full",
+    policies: Annotated[str, typer.Option(help="Comma-separated policies.")] = ",".join(POLICY_NAMES),
     lengths: Annotated[str, typer.Option(help="Context lengths in tokens; k = 1024.")] = "4k,16k",
     tasks: Annotated[str, typer.Option(help="needle (pass key at depths 0-100%) and/or facts.")] = "needle",
     data: Annotated[Optional[str], typer.Option(help="Your own JSONL of context (text or a .pdf/.txt path), question, answer. Replaces --tasks and --lengths.")] = None,
@@ -32,10 +32,10 @@ def bench(
     positions: Annotated[str, typer.Option(help="compact or original.")] = "compact",
     max_new_tokens: Annotated[int, typer.Option(help="Longest answer, in tokens.")] = 16,
     memory_limit: Annotated[Optional[float], typer.Option(help="GiB the full policy may use, weights included. Default: what is free.")] = None,
-    device: o.Device = "auto",
-    dtype: o.Dtype = "auto",
-    load_4bit: o.Load4bit = False,
-    trust_remote_code: o.TrustRemoteCode = False,
+    device: options.Device = "auto",
+    dtype: options.Dtype = "auto",
+    load_4bit: options.Load4bit = False,
+    trust_remote_code: options.TrustRemoteCode = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document {config, rows} on stdout and nothing else.")] = False,
     csv_path: Annotated[Optional[str], typer.Option("--csv", help="Also write the rows as CSV here (config beside it).")] = None,
     plot: Annotated[Optional[str], typer.Option(help="Also plot accuracy and peak memory against length to this PNG.")] = None,

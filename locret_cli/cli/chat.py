@@ -8,10 +8,10 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from locret_cli.cli import app, domain_errors
-from locret_cli.cli import options as o
+from locret_cli.cli import app, domain_errors, options
 from locret_cli.errors import LocretError
-from locret_cli.library_logs import quiet_libraries
+from locret_cli.models.library_logs import quiet_libraries
+from locret_cli.models.spec import ModelSpec
 
 HELP = ("Ask anything about the document. /sources lists what the last answer drew on; /save FILE writes the "
         "conversation (JSONL), /save FILE.locret the read document; /quit ends (so does Ctrl-D). Ctrl-C stops an "
@@ -23,17 +23,17 @@ HELP = ("Ask anything about the document. /sources lists what the last answer dr
 def chat(
     source: Annotated[str, typer.Argument(help="A .pdf or text file, or a context saved by `locret read` (.locret).")],
     history_tokens: Annotated[Optional[int], typer.Option(help="Tokens of earlier turns kept with each question; the oldest go first. Default 1024, or the model's recorded default (the embedded model: 0, it was trained on single questions).")] = None,
-    model: o.Model = None, heads: o.Heads = None, policy: o.PolicyName = None, budget: o.Budget = None,
-    chunk_size: o.ChunkSize = None, stabilizers: o.Stabilizers = None, positions: o.Positions = None,
-    score_pool: o.ScorePool = None, max_new_tokens: o.MaxNewTokens = None, temperature: o.Temperature = 0.0,
-    top_p: o.TopP = 1.0, seed: o.Seed = 0, device: o.Device = "auto", dtype: o.Dtype = "auto",
-    load_4bit: o.Load4bit = False, trust_remote_code: o.TrustRemoteCode = False, encoding: o.Encoding = None,
-    force: o.Force = False,
+    model: options.Model = None, heads: options.Heads = None, policy: options.PolicyName = None, budget: options.Budget = None,
+    chunk_size: options.ChunkSize = None, stabilizers: options.Stabilizers = None, positions: options.Positions = None,
+    score_pool: options.ScorePool = None, max_new_tokens: options.MaxNewTokens = None, temperature: options.Temperature = 0.0,
+    top_p: options.TopP = 1.0, seed: options.Seed = 0, device: options.Device = "auto", dtype: options.Dtype = "auto",
+    load_4bit: options.Load4bit = False, trust_remote_code: options.TrustRemoteCode = False, encoding: options.Encoding = None,
+    force: options.Force = False,
 ) -> None:
     """Talk about the document at SOURCE: each answer sees the document's cache and the conversation so far."""
     import readline  # noqa: F401  line editing and history for input()
 
-    from locret_cli.conversation import HISTORY_TOKENS, Conversation
+    from locret_cli.api.conversation import HISTORY_TOKENS, Conversation
 
     quiet_libraries()
     if source == "-":
@@ -42,26 +42,25 @@ def chat(
         raise LocretError(f"--history-tokens must be zero or more, got {history_tokens}")
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     out = Console(highlight=False, soft_wrap=True)
-    choice = o.ModelChoice(model, heads, policy, device, dtype, load_4bit, trust_remote_code)
-    answer = {k: v for k, v in dict(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
-                                    seed=seed).items() if v is not None}
-    session, reading, settings = o.open_reading(source, choice, o.ReadChoice(budget, chunk_size, stabilizers,
-                                                                             positions, score_pool),
-                                                answer, err, False, encoding, force)
+    spec = ModelSpec(model, heads, policy, device, dtype, load_4bit, trust_remote_code)
+    read_settings = options.read_given(budget, chunk_size, stabilizers, positions, score_pool)
+    answer_settings = options.answer_given(max_new_tokens, temperature, top_p, seed)
+    session, reading, answering = options.open_reading(source, spec, read_settings, answer_settings, err, False,
+                                                       encoding, force)
     if history_tokens is None:
         history_tokens = session.loaded.defaults.get("history_tokens", HISTORY_TOKENS)
     how = (f"loaded from {reading.loaded_from} in {reading.read_s:.3f} s (read in {reading.document.read_s:.1f} s)"
            if reading.loaded_from else f"read in {reading.read_s:.1f} s")
     err.print(f"[bold]{reading.document.name}[/]: {reading.document.tokens:,} tokens, {how}; earlier turns kept: "
               f"{history_tokens:,} tokens. {HELP}")
-    run_chat(Conversation(reading, history_tokens, settings), lambda: input("> "), out, err, session.heads)
+    run_chat(Conversation(reading, history_tokens, answering), lambda: input("> "), out, err, session.heads)
 
 
 def run_chat(conversation, read_line: Callable[[], str], out: Console, err: Console, heads=None) -> None:
     """The read-answer loop, until /quit or end of input. `read_line` raises EOFError at the end and may raise
     KeyboardInterrupt (a new prompt follows); KeyboardInterrupt during an answer stops that answer only."""
-    from locret_cli.reading import SOURCES_SHOWN
-    from locret_cli.report import sources_line
+    from locret_cli.api.reading import SOURCES_SHOWN
+    from locret_cli.cli.report import sources_line
 
     while True:
         try:
@@ -124,7 +123,7 @@ def command(conversation, line: str, out: Console, err: Console, heads) -> None:
         if not argument:
             raise LocretError("/save needs a file name: FILE for the conversation, FILE.locret for the document")
         if argument.endswith(".locret"):
-            from locret_cli.saved_context import save_reading
+            from locret_cli.api.saved_context import save_reading
 
             saved = save_reading(conversation.reading, argument, heads)
             err.print(f"saved the read document to {saved.path} ({saved.size_bytes:,} bytes)")

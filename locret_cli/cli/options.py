@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import sys
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, replace
+from dataclasses import replace
 from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
 
-from locret_cli.errors import LocretError
+from locret_cli.core.settings import POLICY_NAMES
+from locret_cli.errors import LocretError, SettingError
 
 Model = Annotated[Optional[str], typer.Option(help="Hub id, local directory, .gguf file, or smollm2 (SmolLM2-135M-Instruct, with shipped heads). Default: the embedded model.")]
 Heads = Annotated[Optional[str], typer.Option(help="Retaining heads: a locret heads dir or an official Locret checkpoint. Default: those shipped for the model, if any.")]
-PolicyName = Annotated[Optional[str], typer.Option("--policy", help="Eviction policy: locret (default), streaming, h2o, snapkv, random, knorm or full.")]
+PolicyName = Annotated[Optional[str], typer.Option("--policy", help=f"Eviction policy: {POLICY_NAMES[0]} (default), {', '.join(POLICY_NAMES[1:-1])} or {POLICY_NAMES[-1]}.")]
 Budget = Annotated[Optional[int], typer.Option(help="Cache entries kept per KV head. Default 6000, or the model's recorded default.")]
 ChunkSize = Annotated[Optional[int], typer.Option(help="Tokens prefilled per step. Default 3072.")]
 Stabilizers = Annotated[Optional[int], typer.Option(help="Most recent entries always kept. Default 2500; clipped to budget/2 if it does not fit.")]
@@ -34,64 +35,52 @@ KeptMap = Annotated[Optional[str], typer.Option("--kept-map", help="Also draw th
 Quiet = Annotated[bool, typer.Option("-q", "--quiet", help="Print only the answer.")]
 
 
-@dataclass
-class ModelChoice:
-    """How to load the model, its heads and policy."""
-
-    model: Optional[str]
-    heads: Optional[str]
-    policy: Optional[str]
-    device: str
-    dtype: str
-    load_4bit: bool
-    trust_remote_code: bool
+def read_given(budget, chunk_size, stabilizers, positions, score_pool) -> dict:
+    """The read settings given on the command line (those left out take the model's recorded defaults)."""
+    given = dict(budget=budget, chunk_size=chunk_size, stabilizers=stabilizers, positions=positions,
+                 score_pool=score_pool)
+    return {k: v for k, v in given.items() if v is not None}
 
 
-@dataclass
-class ReadChoice:
-    """The settings that shape a reading, as given (None: not given)."""
-
-    budget: Optional[int]
-    chunk_size: Optional[int]
-    stabilizers: Optional[int]
-    positions: Optional[str]
-    score_pool: Optional[int]
-
-    def given(self) -> dict:
-        return {k: v for k, v in vars(self).items() if v is not None}
+def answer_given(max_new_tokens, temperature, top_p, seed) -> dict:
+    """The answer settings given on the command line."""
+    given = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed)
+    return {k: v for k, v in given.items() if v is not None}
 
 
-def open_reading(source: str, choice: ModelChoice, read: ReadChoice, answer: dict, err: Console, quiet: bool,
+def open_reading(source: str, spec, read: dict, answer: dict, err: Console, quiet: bool,
                  encoding: Optional[str] = None, force: bool = False):
-    """(session, reading, settings to answer with): a `.locret` file loaded, or the document at `source` read with
-    a progress bar. For a saved context, the policy and reading settings are the file's: giving others is an
-    error; `answer` (max_new_tokens, temperature, top_p, seed) may change."""
+    """(session, reading, answer settings): `Session.open` of `source` (a `.locret` file, or a document read with a
+    progress bar) with the `spec` model. For a saved context, the policy and read settings are the file's: giving
+    others is an error; `answer` (max_new_tokens, temperature, top_p, seed) may change."""
     from locret_cli.api import load_session
-    from locret_cli.documents import open_document
-    from locret_cli.report import DocumentProgress
-    from locret_cli.saved_context import is_saved_context, read_header
+    from locret_cli.api.saved_context import is_saved_context, read_header
+    from locret_cli.cli import render
+    from locret_cli.cli.report import DocumentProgress
+    from locret_cli.inputs.documents import open_document
 
-    def warn(message: str) -> None:
-        err.print(f"[yellow]warning:[/] {message}")
+    def warn(message) -> None:
+        err.print(f"[yellow]warning:[/] {render(message)}")
 
     if source == "-" and sys.stdin.isatty():
         raise LocretError("SOURCE is -, but nothing is piped into stdin")
     saved = is_saved_context(source)
-    header = read_header(source) if saved else None
-    policy = choice.policy or "locret"
-    if header and choice.policy and choice.policy != header["policy"]:
-        raise LocretError(f"{source} was read with --policy {header['policy']}, not {choice.policy}")
-    document = None if saved else open_document(source, encoding=encoding)
-    with err.status(f"loading {choice.model or 'the embedded model'}", spinner="dots") if not quiet else nullcontext():
-        session = load_session(choice.model, choice.heads, header["policy"] if header else policy, choice.device,
-                               choice.dtype, choice.load_4bit, choice.trust_remote_code, heads_required=not saved)
-    if choice.model is None and not quiet:
-        warn(f"no --model given: using the {session.loaded.name}")
     if saved:
-        reading = session.load(source)
-        reading.answer_settings(replace(reading.settings, **read.given()))  # refuses other reading settings
-        return session, reading, session.settings(warn, **{**asdict(reading.settings), **answer})
-    settings = session.settings(warn, **read.given(), **answer)
+        policy = read_header(source)["policy"]
+        if spec.policy and spec.policy != policy:
+            raise SettingError("{path} was read with {policy} {saved}, not {given}", path=source, saved=policy,
+                               given=spec.policy)
+        spec = replace(spec, policy=policy)
+    document = None if saved else open_document(source, encoding=encoding)
+    spec = replace(spec, policy=spec.policy or "locret")
+    with err.status(f"loading {spec.model or 'the embedded model'}", spinner="dots") if not quiet else nullcontext():
+        session = load_session(spec, heads_required=not saved)
+    if spec.model is None and not quiet:
+        warn(f"no --model given: using the {session.loaded.name}")
+    answering = session.answer_settings(**answer)
+    if saved:
+        return session, session.open(source, read), answering
+    settings = session.read_settings(warn, **read)
     with DocumentProgress(err, document.unit, document.total_units, enabled=not quiet) as progress:
-        reading = session.read(document, settings, on_progress=progress.update, force=force)
-    return session, reading, reading.settings
+        reading = session.open(document, settings, on_progress=progress.update, force=force)
+    return session, reading, answering

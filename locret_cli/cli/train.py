@@ -9,9 +9,8 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from locret_cli.cli import app, domain_errors
-from locret_cli.cli import options as o
-from locret_cli.library_logs import quiet_libraries
+from locret_cli.cli import app, domain_errors, options
+from locret_cli.models.library_logs import quiet_libraries
 
 
 @app.command()
@@ -43,15 +42,15 @@ def train(
     seed: Annotated[int, typer.Option(help="Seed for head initialisation and data order.")] = 0,
     resume: Annotated[bool, typer.Option("--resume", help="Continue from the newest checkpoint in --out.")] = False,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace heads already in --out.")] = False,
-    device: o.Device = "auto",
+    device: options.Device = "auto",
     dtype: Annotated[str, typer.Option(help="Dtype of the frozen model: auto, bf16, fp16 or fp32.")] = "auto",
     load_4bit: Annotated[bool, typer.Option("--load-4bit", help="Load the frozen model in 4-bit nf4.")] = False,
-    trust_remote_code: o.TrustRemoteCode = False,
+    trust_remote_code: options.TrustRemoteCode = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as one JSON document on stdout.")] = False,
 ) -> None:
     """Train retaining heads for MODEL on prompt/answer DATA and save them in OUT."""
-    from locret_cli.loading import load_model
-    from locret_cli.report import TrainProgress, train_table
+    from locret_cli.cli.report import TrainProgress, train_table
+    from locret_cli.models.loading import load_model
     from locret_cli.training import TrainConfig, train_heads
 
     quiet_libraries()

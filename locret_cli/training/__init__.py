@@ -6,10 +6,10 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
-from locret_cli.loading import LoadedModel
-from locret_cli.models.identity import weights_identity
+from locret_cli.core.identity import weights_identity
+from locret_cli.models.loading import LoadedModel
 from locret_cli.training.data import load_records, tokenize
-from locret_cli.training.trainer import HeadTrainer, StepReport, TrainConfig, TrainSummary, check_output
+from locret_cli.training.trainer import HeadTrainer, StepReport, TrainConfig, TrainSummary, check_heads_output
 
 __all__ = ["StepReport", "TrainConfig", "TrainSummary", "train_heads"]
 
@@ -34,7 +34,7 @@ def train_heads(
 ) -> TrainSummary:
     """Train heads for `loaded.model` on `data` and save them in `out` (heads.safetensors + heads.json)."""
     out = Path(out)
-    check_output(out, resume, overwrite)
+    check_heads_output(out, resume, overwrite)
     model = loaded.model.requires_grad_(False).eval()
     examples = tokenize(load_records(data, warn), loaded.tokenizer, model, max_len)
     trainer = HeadTrainer(model, examples, out, config)

@@ -16,9 +16,9 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from locret_cli.errors import LocretError
-from locret_cli.prompt import end_of_turn_id, prompt_layout
-from locret_cli.tokenizer import encode_text, encode_text_with_offsets
+from locret_cli.errors import LocretError, SettingError
+from locret_cli.inputs.prompt import end_of_turn_id, prompt_layout
+from locret_cli.inputs.tokenizer import encode_text, encode_text_with_offsets
 
 ASSISTANT_ROLES = {"gpt", "assistant", "model", "bot"}
 
@@ -107,7 +107,7 @@ def tokenize(records: list[Record], tokenizer, model, max_len: int) -> list[Toke
     end = end_of_turn_id(tokenizer, model)
     room = max_len - len(layout.head_ids) - len(layout.tail_ids)
     if room < 2:
-        raise LocretError(f"--max-len {max_len} leaves no room for a prompt inside this model's chat template")
+        raise SettingError("{max_len} {value} leaves no room for a prompt inside this model's chat template", value=max_len)
     examples = []
     for record in records:
         content, kept = _encode_marking(tokenizer, record.prompt, record.keep)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from locret_cli.probe import observe_attention
+from locret_cli.core.probe import observe_attention
 
 KEY_BLOCK = 4096
 QUERY_BLOCK = 512

@@ -21,13 +21,13 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from locret_cli.capture import capture_qkv
-from locret_cli.errors import LocretError
-from locret_cli.heads import HEADS_CONFIG, RetainingHeads, load_heads
-from locret_cli.measure import peak_memory, reset_peak
+from locret_cli.core.capture import capture_qkv
+from locret_cli.core.heads import HEADS_CONFIG, RetainingHeads, load_heads
+from locret_cli.core.measure import peak_memory, reset_peak
+from locret_cli.core.probe import observe_attention
+from locret_cli.errors import SettingError
+from locret_cli.models.loading import resolve_dtype
 from locret_cli.training.data import TokenizedExample
-from locret_cli.loading import resolve_dtype
-from locret_cli.probe import observe_attention
 from locret_cli.training.labels import answer_to_prompt_max
 
 CHECKPOINTS = "checkpoints"
@@ -113,7 +113,7 @@ class HeadTrainer:
 
     def __init__(self, model, examples: list[TokenizedExample], out: Path, config: TrainConfig):
         if config.steps <= 0:
-            raise LocretError("--steps must be positive")
+            raise SettingError("{steps} must be positive")
         self.model, self.examples, self.out, self.config = model, examples, out, config
         order = list(range(len(examples)))
         random.Random(config.seed).shuffle(order)
@@ -257,7 +257,7 @@ class HeadTrainer:
         return True
 
 
-def check_output(out: Path, resume: bool, overwrite: bool) -> None:
+def check_heads_output(out: Path, resume: bool, overwrite: bool) -> None:
     """Never replace heads the user already has unless asked."""
     if (out / HEADS_CONFIG).exists() and not (resume or overwrite):
-        raise LocretError(f"{out} already holds trained heads; pass --overwrite to replace them or --resume")
+        raise SettingError("{out} already holds trained heads; pass {overwrite} to replace them or {resume}", out=out)

@@ -1,0 +1,101 @@
+"""The kernel timings behind docs/performance.md: bf16 linears packed or not, a decode step's linears, SDPA's mask.
+
+    python benchmarks/kernel_microbench.py linear    # one weight, 1 to 3,072 rows: F.linear vs oneDNN packed
+                                                       # (locret packs only one-row products: decoding)
+    python benchmarks/kernel_microbench.py chain     # all linears of one SmolLM2-shaped decode step, 1 and 2 threads
+    python benchmarks/kernel_microbench.py sdpa      # one layer's chunk attention, with and without its mask
+
+Each time is the mean of repeated calls after warm-up, in a process doing nothing else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+import torch.nn.functional as F
+
+from locret_cli.bench.flops import memory_rate
+
+SMOLLM2_LINEARS = [(576, 576), (192, 576), (192, 576), (576, 576), (1536, 576), (1536, 576), (576, 1536)]
+
+
+def seconds(fn, repeats: int) -> float:
+    for _ in range(3):
+        fn()
+    started = time.perf_counter()
+    for _ in range(repeats):
+        fn()
+    return (time.perf_counter() - started) / repeats
+
+
+def packed(weight: torch.Tensor, rows: int) -> torch.Tensor:
+    return torch.ops.mkldnn._reorder_linear_weight(weight, rows)
+
+
+def packed_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    return torch.ops.mkldnn._linear_pointwise(x, weight, None, "none", [], "")
+
+
+def linear() -> None:
+    print("| weight (out × in) | rows | bf16 F.linear µs | bf16 packed µs | fp32 F.linear µs |")
+    print("|---|---:|---:|---:|---:|")
+    for out_features, in_features in ((1536, 576), (192, 576), (576, 1536)):
+        weight = torch.randn(out_features, in_features, dtype=torch.bfloat16)
+        for rows in (1, 1024, 3072):
+            x = torch.randn(1, rows, in_features, dtype=torch.bfloat16)
+            weight_packed, x32, weight32 = packed(weight, rows), x.float(), weight.float()
+            if rows == 1:  # what locret relies on; chunks may round differently, so they keep F.linear
+                assert torch.equal(packed_linear(x, weight_packed), F.linear(x, weight))
+            repeats = 200 if rows == 1 else 20
+            times = [seconds(lambda: F.linear(x, weight), repeats), seconds(lambda: packed_linear(x, weight_packed),
+                     repeats), seconds(lambda: F.linear(x32, weight32), repeats)]
+            print(f"| {out_features} × {in_features} | {rows:,} | " + " | ".join(f"{1e6 * t:,.0f}" for t in times)
+                  + " |")
+
+
+def chain() -> None:
+    """One decode step's linears: 30 layers of SmolLM2-135M's projections and MLP, and the LM head, one row each,
+    all distinct weights (so they stream from memory as in a real step)."""
+    layers = [[packed(torch.randn(o, i, dtype=torch.bfloat16), 1) for o, i in SMOLLM2_LINEARS] for _ in range(30)]
+    head = packed(torch.randn(49152, 576, dtype=torch.bfloat16), 1)
+    inputs = {576: torch.randn(1, 1, 576, dtype=torch.bfloat16), 1536: torch.randn(1, 1, 1536, dtype=torch.bfloat16)}
+    weight_bytes = 2 * (30 * sum(o * i for o, i in SMOLLM2_LINEARS) + 49152 * 576)
+
+    def step():
+        for weights in layers:
+            for (_, in_features), weight in zip(SMOLLM2_LINEARS, weights):
+                packed_linear(inputs[in_features], weight)
+        packed_linear(inputs[576], head)
+
+    for threads in (1, 2):
+        torch.set_num_threads(threads)
+        took = seconds(step, 20)
+        print(f"{threads} thread(s): {1e3 * took:.1f} ms per step, {weight_bytes / took / 1e9:.1f} GB/s of weights")
+    print(f"memory read (bench's 256 MiB sum): {memory_rate(torch.device('cpu')) / 1e9:.1f} GB/s")
+
+
+def sdpa() -> None:
+    """Layer attention of a 512-token chunk over 1,024 kept entries, 9 query heads over 3 KV heads."""
+    chunk, kept = 512, 1024
+    total = chunk + kept
+    q = torch.randn(1, 9, chunk, 64, dtype=torch.bfloat16)
+    k, v = (torch.randn(1, 3, 4096, 64, dtype=torch.bfloat16)[:, :, :total] for _ in range(2))  # buffer views
+    mask = torch.ones(chunk, total, dtype=torch.bool).tril(diagonal=kept)[None, None]
+    flops = 4 * 9 * 64 * chunk * (kept + chunk / 2)
+    for name, fn in (("with the chunk's mask", lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                                                                       enable_gqa=True)),
+                     ("without a mask", lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True))):
+        took = seconds(fn, 10)
+        print(f"{name}: {1e3 * took:.2f} ms, {flops / took / 1e9:.0f} GFLOP/s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("which", choices=("linear", "chain", "sdpa"))
+    {"linear": linear, "chain": chain, "sdpa": sdpa}[parser.parse_args().which]()
+
+
+if __name__ == "__main__":
+    main()

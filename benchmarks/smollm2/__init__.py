@@ -1,0 +1,1 @@
+"""Accuracy of SmolLM2-135M-Instruct with its shipped heads on the real-prose dev set."""

@@ -1,0 +1,142 @@
+"""SmolLM2-135M-Instruct on dev documents of real prose it never trained on: accuracy per policy, length, kind and
+depth, and what a 128K-token read costs.
+
+Each document holds a pass key and code and person facts spread from 5% to 95% of its depth, in prose from the dev
+packages (`prose.DEV_PACKAGES`, disjoint from training's). It is read once per policy (`Session.read`) and each
+question is answered on a fork of the cache. Rows are appended to `--out` as they finish, and a rerun skips those
+there, so a long run resumes where it stopped.
+
+    python -m benchmarks.smollm2.evaluate --prose-packages runs/prose-packages --out runs/smollm2/dev.jsonl \\
+        --runs 4000:full,4000:locret,32000:locret,128000:locret,32000:streaming ...
+    python -m benchmarks.smollm2.evaluate --out runs/smollm2/dev.jsonl --report    # the tables in docs/real-models.md
+    python -m benchmarks.smollm2.evaluate --prose-packages runs/prose-packages --write 128000:0:dev-128k.txt
+
+Policies: full, locret (the shipped heads), locret-untrained (fresh heads, seed 0: the control), streaming, snapkv,
+h2o. Settings are the ones recorded with the shipped heads, unless --budget etc. say otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+
+from locret_cli.api import Session, load_session
+from locret_cli.core.heads import RetainingHeads
+from recipes import prose
+from recipes.smollm2 import documents
+
+FACTS_PER_LENGTH = {4000: 4, 32000: 7, 128000: 11}
+DOCUMENTS_PER_LENGTH = {4000: 6, 32000: 4, 128000: 2}
+DEV_SEED = 50_000
+DEPTH_BANDS = ((0.0, 0.35, "first third"), (0.35, 0.65, "middle third"), (0.65, 1.0, "last third"))
+
+
+def dev_documents(paragraphs: list[str], length: int) -> list[documents.Document]:
+    count, facts = DOCUMENTS_PER_LENGTH.get(length, 2), FACTS_PER_LENGTH.get(length, 6)
+    out = []
+    for index in range(count):
+        seed = DEV_SEED + length + index
+        out.append(documents.build(paragraphs, length, documents.facts_for(random.Random(seed), facts), seed))
+    return out
+
+
+def policy_session(session: Session, policy: str) -> Session:
+    if policy == "locret-untrained":
+        torch.manual_seed(0)
+        heads = RetainingHeads.for_model(session.loaded.model, session.heads.hidden).eval()
+        return Session(session.loaded, heads, "locret")
+    return Session(session.loaded, session.heads, policy)
+
+
+def run(session: Session, length: int, policy: str, paragraphs: list[str], out: Path, overrides: dict) -> None:
+    done = {(r["length"], r["policy"], r["document"]) for r in read_rows(out)}
+    runner = policy_session(session, policy)
+    settings, answering = runner.read_settings(**overrides), runner.answer_settings(max_new_tokens=32)
+    for index, document in enumerate(dev_documents(paragraphs, length)):
+        if (length, policy, index) in done:
+            continue
+        with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
+            f.write(document.text)
+        reading = runner.read(f.name, settings)
+        rows = []
+        for fact, depth in zip(document.facts, document.depths):
+            result = reading.ask(fact.question, answering)
+            rows.append({"length": length, "policy": policy, "document": index, "tokens": result.document.tokens,
+                         "kind": fact.kind, "depth": round(depth, 3), "question": fact.question,
+                         "expected": fact.answer, "answer": result.answer,
+                         "correct": documents.answered(result.answer, fact.answer),
+                         "settings": {k: getattr(settings, k) for k in ("budget", "chunk_size", "stabilizers")},
+                         "read_s": result.read_s, "time_to_first_token_s": result.time_to_first_token_s,
+                         "decode_tokens_per_s": result.decode_tokens_per_s,
+                         "memory_peak_bytes": result.memory_peak_bytes})
+        Path(f.name).unlink()
+        with out.open("a") as log:
+            log.writelines(json.dumps(row) + "\n" for row in rows)
+        right = sum(r["correct"] for r in rows)
+        print(f"{policy} {length} doc {index}: {right}/{len(rows)} in {reading.read_s:.0f} s read", flush=True)
+
+
+def read_rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def percent(rows: list[dict]) -> str:
+    if not rows:
+        return "–"
+    right = sum(r["correct"] for r in rows)
+    return f"{100 * right / len(rows):.0f}% ({right}/{len(rows)})"
+
+
+def report(rows: list[dict]) -> str:
+    """Markdown tables: accuracy by policy and length, by kind; then by depth band."""
+    groups = defaultdict(list)
+    for row in rows:
+        groups[(row["policy"], row["length"])].append(row)
+    lines = ["| policy | document tokens | all | pass key | code | person |", "|---|---:|---:|---:|---:|---:|"]
+    for (policy, length), group in sorted(groups.items(), key=lambda item: (item[0][1], item[0][0])):
+        kinds = [percent([r for r in group if r["kind"] == kind]) for kind in ("passkey", "code", "person")]
+        lines.append(f"| {policy} | {length:,} | {percent(group)} | " + " | ".join(kinds) + " |")
+    lines += ["", "| policy | document tokens | " + " | ".join(b[2] for b in DEPTH_BANDS) + " |",
+              "|---|---:|" + "---:|" * len(DEPTH_BANDS)]
+    for (policy, length), group in sorted(groups.items(), key=lambda item: (item[0][1], item[0][0])):
+        bands = [percent([r for r in group if low <= r["depth"] < high]) for low, high, _ in DEPTH_BANDS]
+        lines.append(f"| {policy} | {length:,} | " + " | ".join(bands) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--prose-packages", type=Path)
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--runs", default="", help="comma-separated LENGTH:POLICY pairs")
+    parser.add_argument("--model", default="smollm2")
+    parser.add_argument("--budget", type=int)
+    parser.add_argument("--report", action="store_true")
+    parser.add_argument("--write", metavar="LENGTH:INDEX:PATH", help="write one dev document and its questions")
+    args = parser.parse_args()
+    if args.write:
+        length, index, path = args.write.split(":", 2)
+        paragraphs = prose.paragraphs(prose.DEV_PACKAGES, args.prose_packages)
+        document = dev_documents(paragraphs, int(length))[int(index)]
+        Path(path).write_text(document.text)
+        Path(path).with_suffix(".questions.jsonl").write_text("".join(
+            json.dumps({"question": f.question, "expected": f.answer}) + "\n" for f in document.facts))
+    if args.runs:
+        paragraphs = prose.paragraphs(prose.DEV_PACKAGES, args.prose_packages)
+        session = load_session(args.model, device="cpu", dtype="bf16")
+        overrides = {"budget": args.budget} if args.budget else {}
+        for pair in args.runs.split(","):
+            length, policy = pair.split(":")
+            run(session, int(length), policy, paragraphs, args.out, overrides)
+    if args.report:
+        print(report(read_rows(args.out)))
+
+
+if __name__ == "__main__":
+    main()

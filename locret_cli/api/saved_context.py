@@ -1,0 +1,188 @@
+"""`.locret` files: a Reading saved to disk, so a document is read once and asked later, in another process.
+
+One safetensors file. Per layer i, `layers.i.{keys,values,scores,positions,origins}` are the cache's tensors as the
+reading left them; `frequencies` the inverse RoPE frequencies its keys are rotated with; `units.{starts,first,last}`
+the document's page or line map. The header's metadata key "locret" holds JSON: the format and its version, the
+settings, the model's identity (shape, dtype, a fingerprint of its weights), the tokenizer's and the heads'
+fingerprints, the document's name, size and SHA-256, and a SHA-256 of every tensor. Nothing is pickled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from locret_cli import __version__
+from locret_cli.api.reading import DocumentInfo, Reading
+from locret_cli.core.cache import FIELDS
+from locret_cli.core.engine import Engine
+from locret_cli.core.policies import Policy
+from locret_cli.core.settings import AnswerSettings, ReadSettings, names
+from locret_cli.core.sources import SourceMap
+from locret_cli.errors import LocretError, SettingError
+from locret_cli.files import check_output, replacing
+from locret_cli.inputs.prompt import stop_token_ids
+from locret_cli.models.fingerprint import heads_fingerprint, model_identity, tokenizer_fingerprint
+
+FORMAT, VERSION = "locret-context", 1
+SUFFIX = ".locret"
+LAYER_TENSORS = FIELDS  # what each layer saves; unrotated keys are turned back again if the loaded keys ever move
+UNIT_TENSORS = ("starts", "first", "last")
+
+
+@dataclass
+class SavedContext:
+    """A written `.locret` file: its size, and the cache entries it holds per KV head."""
+
+    path: str
+    size_bytes: int
+    entries: int
+    bytes_per_entry: float  # file bytes per kept entry per head, summed over layers and KV heads
+
+
+class SavedPolicy(Policy):
+    """The policy a saved reading was read with, by name: a loaded reading answers, it never reads on."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def score(self, layer_idx, q, k, v, token_index):
+        raise LocretError("a reading loaded from a .locret file cannot read more of a document")
+
+
+def save_reading(reading: Reading, path: str | Path, heads=None, force: bool = False) -> SavedContext:
+    """Write `reading` to `path` (which must end in .locret). Refuses an existing path unless `force`; writes to a
+    temporary file first, so a failed write leaves nothing half-written."""
+    path = check_output(path, force, SUFFIX)
+    engine = reading.engine
+    tensors = {f"layers.{i}.{name}": getattr(layer, name).contiguous().cpu()
+               for i, layer in enumerate(engine.cache.layers) for name in LAYER_TENSORS}
+    tensors["frequencies"] = engine.cache.frequencies.contiguous().cpu()
+    for name in UNIT_TENSORS:
+        tensors[f"units.{name}"] = torch.tensor(getattr(reading.source_map, name), dtype=torch.int64)
+    header = {
+        "format": FORMAT, "version": VERSION, "locret": __version__,
+        "model": {"name": reading.model_name, **model_identity(engine.model)},
+        "tokenizer": tokenizer_fingerprint(reading.tokenizer),
+        "heads": heads_fingerprint(heads),
+        "policy": engine.policy.name,
+        "settings": asdict(engine.settings),
+        "prefix_ids": reading.prefix_ids,
+        "engine": {"seen": engine.seen, "document_tokens": engine.document_tokens,
+                   "kept_tokens": engine.kept_tokens, "peak_tokens": engine.cache.peak_tokens,
+                   "peak_bytes": engine.cache.peak_bytes},
+        "document": reading.document.to_json(),
+        "units": reading.source_map.kind,
+        "tensors_sha256": tensors_digest(tensors),
+    }
+    with replacing(path) as temporary:
+        save_file(tensors, str(temporary), metadata={"locret": json.dumps(header)})
+    size = path.stat().st_size
+    entries = engine.kept_tokens
+    heads_total = sum(layer.keys.shape[0] * layer.keys.shape[1] for layer in engine.cache.layers)
+    return SavedContext(str(path), size, entries, size / max(entries * heads_total, 1))
+
+
+def is_saved_context(source: str) -> bool:
+    return source.endswith(SUFFIX)
+
+
+def read_header(path: str | Path) -> dict:
+    """The JSON header of a `.locret` file, checked for format and version; one-line LocretError otherwise."""
+    path = Path(path)
+    if not path.is_file():
+        raise LocretError(f"no such file: {path}")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            header = json.loads((f.metadata() or {})["locret"])
+    except Exception as exc:  # safetensors raises its own types for truncated or garbled files
+        raise LocretError(f"{path} is not a readable .locret file (truncated or corrupted: "
+                          f"{type(exc).__name__})") from None
+    if header.get("format") != FORMAT:
+        raise LocretError(f"{path} is not a locret saved context")
+    if header.get("version") != VERSION:
+        raise LocretError(f"{path} was written by locret {header.get('locret', '?')} in context format "
+                          f"{header.get('version')}; this locret ({__version__}) reads format {VERSION}: read the "
+                          "document again with `locret read`")
+    return header
+
+
+def load_reading(path: str | Path, model, tokenizer, model_name: str, heads=None,
+                 answering: AnswerSettings = AnswerSettings()) -> Reading:
+    """The Reading saved at `path`, on `model`'s device. Refuses, in one line, a file for another model, tokenizer
+    or heads, and one whose tensors do not match their checksum."""
+    started = time.perf_counter()
+    header = read_header(path)
+    check_matches(header, model, tokenizer, heads, path)
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            tensors = {name: f.get_tensor(name) for name in f.keys()}
+    except Exception as exc:
+        raise LocretError(f"{path} is not a readable .locret file (truncated or corrupted: "
+                          f"{type(exc).__name__})") from None
+    if tensors_digest(tensors) != header["tensors_sha256"]:
+        raise LocretError(f"{path} is corrupted: its tensors do not match the checksum written with them")
+    settings = ReadSettings(**{k: v for k, v in header["settings"].items() if k in names(ReadSettings)})
+    engine = Engine(model, SavedPolicy(header["policy"]), settings, stop_token_ids(model, tokenizer),
+                    len(header["prefix_ids"]), answering)
+    try:
+        restore_cache(engine, tensors, header)
+        source_map = SourceMap(header["units"], *(tensors[f"units.{n}"].tolist() for n in UNIT_TENSORS))
+    except (KeyError, RuntimeError, ValueError) as exc:
+        raise LocretError(f"{path} is not a readable .locret file (missing or misshapen tensors: {exc})") from None
+    return Reading(engine, tokenizer, model_name, list(header["prefix_ids"]), source_map,
+                   DocumentInfo(**header["document"]), time.perf_counter() - started, loaded_from=str(path))
+
+
+def restore_cache(engine: Engine, tensors: dict[str, torch.Tensor], header: dict) -> None:
+    device, dtype = engine.device, engine.model.dtype
+    for i, layer in enumerate(engine.cache.layers):
+        loaded = {name: tensors[f"layers.{i}.{name}"].to(device) for name in LAYER_TENSORS}
+        layer.load({**loaded, "keys": loaded["keys"].to(dtype), "values": loaded["values"].to(dtype)})
+    engine.cache.frequencies = tensors["frequencies"].to(device)
+    state = header["engine"]
+    engine.seen, engine.document_tokens, engine.kept_tokens = state["seen"], state["document_tokens"], \
+        state["kept_tokens"]
+    engine.cache.peak_tokens, engine.cache.peak_bytes = state["peak_tokens"], state["peak_bytes"]
+    if engine.cache.length() != engine.kept_tokens:
+        raise ValueError(f"{engine.cache.length()} entries per head, the header says {engine.kept_tokens}")
+
+
+def check_matches(header: dict, model, tokenizer, heads, path) -> None:
+    """Refuse a saved context that another model, tokenizer or set of heads wrote."""
+    saved, current = header["model"], model_identity(model)
+    redo = "ask it with the model it was read with, or read the document again"
+    if saved["shape"] != current["shape"] or saved["weights_sha256"] != current["weights_sha256"]:
+        if saved["shape"] == current["shape"] and saved["dtype"] != current["dtype"]:
+            raise SettingError("{path} was read with {saved} weights and this run loads {current}: pass {dtype} "
+                               "{short}", path=path, saved=saved["dtype"], current=current["dtype"],
+                               short=short_dtype(saved["dtype"]))
+        raise LocretError(f"{path} was read by another model ({saved['name']}, weights "
+                          f"{saved['weights_sha256'][:12]}; this one's are {current['weights_sha256'][:12]}): {redo}")
+    if header["tokenizer"] != tokenizer_fingerprint(tokenizer):
+        raise LocretError(f"{path} was read with another tokenizer: {redo}")
+    given = heads_fingerprint(heads)
+    if given is not None and header["heads"] is not None and given != header["heads"]:
+        raise LocretError(f"{path} was read with other retaining heads ({header['heads']['sha256'][:12]}; these "
+                          f"are {given['sha256'][:12]}): pass the heads it was read with, or read it again")
+
+
+def short_dtype(name: str) -> str:
+    return {"torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float32": "fp32"}.get(name, name)
+
+
+def tensors_digest(tensors: dict[str, torch.Tensor]) -> str:
+    """SHA-256 over every tensor's name, dtype, shape and bytes, in name order."""
+    digest = hashlib.sha256()
+    for name in sorted(tensors):
+        tensor = tensors[name].detach().contiguous().cpu()
+        digest.update(f"{name}|{tensor.dtype}|{list(tensor.shape)}|".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy())
+    return digest.hexdigest()

@@ -1,0 +1,176 @@
+"""A loaded model and its heads (`Session`), and `load_session`, which builds one from a `ModelSpec`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from typing import BinaryIO
+
+from locret_cli.api.reading import SOURCES_SHOWN, AskResult, DocumentInfo, Reading
+from locret_cli.core.engine import QUESTION_ALLOWANCE, Engine, Progress
+from locret_cli.core.heads import RetainingHeads, load_heads
+from locret_cli.core.measure import check_fits, human_bytes, plan_memory, reset_peak
+from locret_cli.core.policies import Policy, make_policy
+from locret_cli.core.rope import changes_with_length, rotary_module
+from locret_cli.core.settings import AnswerSettings, ReadSettings, names
+from locret_cli.core.sources import SourceMap
+from locret_cli.errors import SettingError
+from locret_cli.inputs.documents import Document, open_document, token_chunks
+from locret_cli.inputs.prompt import prompt_layout, stop_token_ids
+from locret_cli.inputs.questions import check_question
+from locret_cli.models.loading import LoadedModel, load_model
+from locret_cli.models.packed_linear import pack_if_room
+from locret_cli.models.shipped import find_shipped
+from locret_cli.models.spec import ModelSpec
+
+ReadGiven = ReadSettings | Mapping[str, object] | None  # whole settings, or only those given (None: none given)
+
+
+@dataclass
+class Session:
+    """A loaded model, its tokenizer and (for the locret policy) its heads."""
+
+    loaded: LoadedModel
+    heads: RetainingHeads | None
+    policy: str = "locret"
+
+    def read_settings(self, warn: Callable[[SettingError], None] = lambda _: None, **given) -> ReadSettings:
+        """Read settings from, in order: `given` (None values ignored), the model's recorded defaults, the global
+        defaults. Stabilizers that do not fit the budget are clipped, and `warn` hears why."""
+        return ReadSettings(**self._chosen(ReadSettings, given)).checked(warn)
+
+    def answer_settings(self, **given) -> AnswerSettings:
+        """Answer settings from, in order: `given` (None values ignored), the model's recorded defaults, the global
+        defaults."""
+        return AnswerSettings(**self._chosen(AnswerSettings, given)).checked()
+
+    def _chosen(self, kind: type, given: Mapping[str, object]) -> dict:
+        unknown = sorted(set(given) - set(names(kind)))
+        if unknown:
+            raise SettingError("unknown setting(s): {unknown}", unknown=", ".join(unknown))
+        chosen = {k: v for k, v in self.loaded.defaults.items() if k in names(kind)}
+        return chosen | {k: v for k, v in given.items() if v is not None}
+
+    def open(self, source: str | Document, settings: ReadGiven = None, **read_options) -> Reading:
+        """A Reading of `source`: the `.locret` file saved there, loaded, or the document there (a path, or `-` for
+        stdin), read. `settings` are whole ReadSettings, or only those given; a saved context keeps the settings it
+        was read with, and refuses others. `read_options` go to `read`."""
+        from locret_cli.api.saved_context import is_saved_context
+
+        if isinstance(source, Document) or not is_saved_context(source):
+            if not isinstance(settings, ReadSettings):
+                settings = self.read_settings(**(settings or {}))
+            return self.read(source, settings, **read_options)
+        reading = self.load(source)
+        given = asdict(settings) if isinstance(settings, ReadSettings) else settings or {}
+        for name, value in given.items():
+            if value is not None and value != getattr(reading.settings, name):
+                raise SettingError(f"{{{name}}} is fixed when the document is read: {{path}} was read with "
+                                   f"{{used}}, not {{value}}", path=source, used=getattr(reading.settings, name),
+                                   value=value)
+        return reading
+
+    def read(
+        self,
+        source: str | Document,
+        settings: ReadSettings | None = None,
+        on_progress: Callable[[Progress], None] | None = None,
+        encoding: str | None = None,
+        stdin: BinaryIO | None = None,
+        force: bool = False,
+        policy: Policy | None = None,
+    ) -> Reading:
+        """Read `source` (an opened Document, a path, or `-` for stdin) once into a bounded cache; ask the Reading
+        as many questions as you like. Refuses (LocretError) a run estimated not to fit in free memory, unless
+        `force`. `policy` replaces the session's own (an evaluation's oracle, say)."""
+        warnings: list[str] = []
+        settings = (settings or self.read_settings()).checked(lambda w: warnings.append(str(w)))
+        document = source if isinstance(source, Document) else open_document(source, encoding=encoding, stdin=stdin)
+        model, tokenizer = self.loaded.model, self.loaded.tokenizer
+        prefix = prompt_layout(tokenizer).head_ids
+        policy = policy or make_policy(self.policy, model, self.heads, settings.score_pool)
+        answering = self.answer_settings()
+        if not force:
+            self.check_memory(policy, settings, document, QUESTION_ALLOWANCE + answering.max_new_tokens)
+        compute = self.pack_weights()
+        engine = Engine(model, policy, settings, stop_token_ids(model, tokenizer), len(prefix), answering)
+        source_map = SourceMap("page" if document.kind == "pdf" else "lines")
+        reset_peak(model.device)
+        started = engine.clock()
+        engine.read(token_chunks(document, tokenizer, settings.chunk_size, prefix, source_map), on_progress)
+        read_s = engine.clock() - started
+        info = DocumentInfo(document.name, document.kind, engine.document_tokens - len(prefix), document.pages,
+                            document.sha256, document.size_bytes, read_s)
+        return Reading(engine, tokenizer, self.loaded.name, prefix, source_map, info, read_s,
+                       warnings=warnings + document.warnings, compute=compute, forms=self.loaded.forms)
+
+    def ask(self, source: str | Document, question: str, settings: ReadSettings | None = None,
+            answering: AnswerSettings | None = None, sources: int = SOURCES_SHOWN, **read_options) -> AskResult:
+        """Read `source` and answer `question` from it: `read(...).ask(question)`."""
+        check_question(question)
+        return self.read(source, settings, **read_options).ask(question, answering, sources=sources)
+
+    def load(self, path: str) -> Reading:
+        """The Reading saved at `path` by `save_reading` (`locret read -o`), without the document."""
+        from locret_cli.api.saved_context import load_reading
+
+        reading = load_reading(path, self.loaded.model, self.loaded.tokenizer, self.loaded.name, self.heads,
+                               self.answer_settings())
+        reading.compute = self.pack_weights()
+        reading.forms = self.loaded.forms
+        return reading
+
+    def pack_weights(self) -> str:
+        """Pack the model's bf16 linears for oneDNN where that pays and fits (`models/packed_linear.py`); returns
+        how the model computes, for the cost table."""
+        packed = pack_if_room(self.loaded.model)
+        dtype = self.loaded.dtype_reason or str(self.loaded.model.dtype).removeprefix("torch.")
+        return f"{dtype}; linear weights packed for oneDNN (+{human_bytes(packed)})" if packed else dtype
+
+    def check_memory(self, policy: Policy, settings: ReadSettings, document: Document, after: int) -> None:
+        """Refuse a run estimated not to fit in free memory, naming the setting to lower; `after` is the tokens
+        that follow the document (question and answer). A full cache grows with the document, so it is estimated
+        only for text files of known size (about 4 bytes per token)."""
+        if policy.evicts:
+            entries = settings.budget + settings.chunk_size + after
+        elif document.kind == "text" and document.total_units:
+            entries = document.total_units // 4 + after
+        else:
+            return
+        hidden = self.heads.hidden if policy.name == "locret" and self.heads is not None else 0
+        keys_move = (policy.evicts and settings.positions == "compact") or changes_with_length(
+            rotary_module(self.loaded.model))
+        plan = plan_memory(self.loaded.model, entries, settings.chunk_size, hidden, keys_move)
+        check_fits(plan, "budget" if policy.evicts else None)
+
+
+def load_session(model: str | ModelSpec | None = None, heads: str | None = None, policy: str = "locret",
+                 device: str = "auto", dtype: str = "auto", load_4bit: bool = False,
+                 trust_remote_code: bool = False, heads_required: bool = True) -> Session:
+    """Load a model and the heads the policy needs: a ModelSpec, or its fields as arguments (the embedded default
+    when `model` is None). Heads come from `heads`, else those shipped for this model (`models/shipped.py`), whose
+    recorded engine settings then become the defaults (for every policy). A session that only answers from saved
+    contexts needs no heads: pass heads_required=False."""
+    spec = model if isinstance(model, ModelSpec) else ModelSpec(model, heads, policy, device, dtype, load_4bit,
+                                                                 trust_remote_code)
+    if spec.arch is not None:
+        from locret_cli.models.arch import random_session_parts
+
+        return Session(*random_session_parts(spec.arch, spec.device, spec.dtype), spec.policy)
+    if spec.model is None:
+        from locret_cli.models.embedded import load_embedded
+
+        if spec.load_4bit:
+            raise SettingError("{load_4bit} applies to {model}; the embedded model is already tiny")
+        loaded, embedded_heads = load_embedded(spec.device, spec.dtype)
+        return Session(loaded, load_heads(spec.heads, loaded.model) if spec.heads else embedded_heads, spec.policy)
+    loaded = load_model(spec.model, spec.device, spec.dtype, spec.load_4bit, spec.trust_remote_code)
+    shipped = None if spec.heads else find_shipped(loaded.model)
+    if shipped is not None:
+        loaded.defaults = shipped.defaults
+    chosen = load_heads(spec.heads or shipped.directory, loaded.model) if spec.heads or shipped else None
+    if spec.policy == "locret" and chosen is None and heads_required:
+        raise SettingError("the locret policy needs retaining heads for this model: pass {heads} DIR (train them "
+                           "with `locret train`), or choose {policy} streaming or full")
+    return Session(loaded, chosen, spec.policy)
+

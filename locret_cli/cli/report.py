@@ -1,0 +1,233 @@
+"""Rendering results for people: Rich tables and a progress bar, on the consoles the CLI hands in."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from locret_cli.api.reading import AskResult, Reading
+from locret_cli.api.saved_context import SavedContext
+from locret_cli.core.measure import human_bytes
+from locret_cli.core.sources import Source
+
+
+def cost_table(result: AskResult) -> Table:
+    """What the answer cost: document, cache, memory and speed."""
+    table = Table(title="What it cost", show_header=True, header_style="bold")
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    s = result.settings
+    pages = "-" if result.document.pages is None else str(result.document.pages)
+    saved = result.full_cache_bytes / result.cache_peak_bytes if result.cache_peak_bytes else 0
+    decode = "-" if result.decode_tokens_per_s is None else f"{result.decode_tokens_per_s:,.1f}"
+    first = ("loading " + result.loaded_from, f"{result.read_s:.3f} s") if result.loaded_from else \
+        ("reading the document", f"{result.read_s:.2f} s")
+    rows = [
+        ("model", result.model),
+        ("compute", result.compute or "-"),
+        ("document tokens / pages", f"{result.document.tokens:,} / {pages}"),
+        ("policy, positions", f"{result.policy}, {s.positions}"),
+        ("budget / chunk / stabilizers", f"{s.budget:,} / {s.chunk_size:,} / {s.stabilizers:,}"),
+        ("tokens kept in the cache (per head)", f"{result.cache_kept_tokens:,}"),
+        ("KV cache peak tokens (per head)", f"{result.cache_peak_tokens:,}"),
+        ("KV cache peak", human_bytes(result.cache_peak_bytes)),
+        ("full cache would need", f"{human_bytes(result.full_cache_bytes)} ({saved:,.1f}x)"),
+        (f"peak memory ({result.memory_device})", human_bytes(result.memory_peak_bytes)),
+        ("prefill tokens/s", f"{result.prefill_tokens_per_s:,.1f}"),
+        ("decode tokens/s", decode),
+        first,
+        ("answering", f"{result.answer_s:.2f} s"),
+        ("time to first token", f"{result.time_to_first_token_s:.2f} s"),
+        ("total", f"{result.total_s:.2f} s"),
+    ]
+    for name, value in rows:
+        table.add_row(name, value)
+    return table
+
+
+def format_sources(sources: list[Source]) -> str:
+    """'p. 37 (0.61), p. 112 (0.22)'."""
+    return ", ".join(f"{s.label()} ({s.weight:.2f})" for s in sources)
+
+
+def sources_line(sources: list[Source]) -> str:
+    """'sources: p. 37 (0.61), p. 112 (0.22)'."""
+    return "sources: " + format_sources(sources)
+
+
+def answers_table(results: list[AskResult]) -> Table:
+    """One row per question: the answer and the pages it drew on."""
+    table = Table(title="Answers", header_style="bold", show_lines=True)
+    for name in ("#", "question", "answer", "sources"):
+        table.add_column(name, overflow="fold")
+    for i, r in enumerate(results, 1):
+        cited = format_sources(r.sources) if r.sources else "-"
+        table.add_row(str(i), r.question, r.answer, cited)
+    return table
+
+
+def multi_cost_table(results: list[AskResult]) -> Table:
+    """One read (or load), then each answer's time: what reading once saved."""
+    first = results[0]
+    table = Table(title="What it cost", header_style="bold")
+    table.add_column("step")
+    table.add_column("time", justify="right")
+    table.add_column("share of reading the document", justify="right")
+    doc = first.document
+    table.add_row(f"reading {doc.tokens:,} tokens" + (" (earlier, saved)" if first.loaded_from else ""),
+                  f"{doc.read_s:.2f} s", "")
+    if first.loaded_from:
+        table.add_row(f"loading {first.loaded_from}", f"{first.read_s:.3f} s", f"{first.read_s / doc.read_s:.1%}")
+    for i, r in enumerate(results, 1):
+        table.add_row(f"answer {i}", f"{r.answer_s:.3f} s", f"{r.answer_s / first.document.read_s:.1%}")
+    table.add_row("total", f"{first.read_s + sum(r.answer_s for r in results):.2f} s", "")
+    return table
+
+
+def saved_table(reading: Reading, saved: SavedContext) -> Table:
+    """What `locret read` wrote and what reading cost."""
+    table = Table(title=f"Saved {saved.path}", header_style="bold")
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    s, doc = reading.settings, reading.document
+    rows = [
+        ("model", reading.model_name),
+        ("document tokens / pages", f"{doc.tokens:,} / {'-' if doc.pages is None else doc.pages}"),
+        ("policy, budget / chunk / stabilizers",
+         f"{reading.engine.policy.name}, {s.budget:,} / {s.chunk_size:,} / {s.stabilizers:,}"),
+        ("entries kept per head", f"{saved.entries:,}"),
+        ("file size", human_bytes(saved.size_bytes)),
+        ("bytes per entry and head", f"{saved.bytes_per_entry:,.1f}"),
+        ("reading the document", f"{reading.read_s:.2f} s ({doc.tokens / reading.read_s:,.0f} tok/s)"),
+    ]
+    for name, value in rows:
+        table.add_row(name, value)
+    return table
+
+
+class DocumentProgress:
+    """A Rich progress bar over pages or bytes, showing tokens read and tokens/s; a context manager."""
+
+    def __init__(self, console: Console, unit: str, total: int | None, enabled: bool = True):
+        self.unit = unit
+        self.bar = Progress(
+            TextColumn("[bold]reading"),
+            BarColumn(),
+            TaskProgressColumn(),
+            TextColumn("{task.fields[where]}"),
+            TextColumn("{task.fields[tokens]:,} tokens, {task.fields[rate]:,.0f} tok/s"),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=console,
+            disable=not enabled,
+            transient=True,
+        )
+        self.task = self.bar.add_task("read", total=total, where="", tokens=0, rate=0.0)
+
+    def __enter__(self) -> "DocumentProgress":
+        self.bar.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.bar.stop()
+
+    def update(self, event) -> None:
+        elapsed = self.bar.tasks[0].elapsed or 1e-9
+        if self.unit == "pages" and event.last_page is not None:
+            where = f"page {event.last_page}"
+        else:
+            where = human_bytes(event.units_done)
+        self.bar.update(self.task, completed=event.units_done, where=where, tokens=event.tokens,
+                        rate=event.tokens / elapsed)
+
+
+def train_table(summary, out: str) -> Table:
+    """What training cost and what it reached."""
+    table = Table(title=f"Heads saved to {out}", header_style="bold")
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    layers = ", ".join(f"{a:.2f}" for a in summary.heldout_per_layer)
+    for name, value in [
+        ("steps", f"{summary.steps:,}"),
+        ("examples (train / held out)", f"{summary.train_examples:,} / {summary.heldout_examples:,}"),
+        ("training time", f"{summary.seconds:,.1f} s"),
+        (f"peak memory ({summary.peak_device})", human_bytes(summary.peak_bytes)),
+        ("final loss (SmoothL1 / smoothness)", f"{summary.final_loss:.4f} / {summary.final_smooth:.4f}"),
+        ("held-out top-10% overlap", f"{summary.heldout_accuracy:.3f}"),
+        ("per layer", layers),
+    ]:
+        table.add_row(name, value)
+    return table
+
+
+class TrainProgress:
+    """Training steps on one Rich bar, with loss, accuracy and tokens/s."""
+
+    def __init__(self, console: Console, steps: int):
+        self.bar = Progress(
+            TextColumn("[bold]{task.description}"), BarColumn(), TaskProgressColumn(),
+            TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+            console=console, transient=True,
+        )
+        self.steps_task = self.bar.add_task("training", total=steps, info="")
+
+    def __enter__(self) -> "TrainProgress":
+        self.bar.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.bar.stop()
+
+    def step(self, report) -> None:
+        self.bar.update(self.steps_task, completed=report.step,
+                        info=f"loss {report.loss:.4f} smooth {report.smooth:.4f} acc {report.accuracy:.3f} "
+                             f"{report.tokens_per_s:,.0f} tok/s")
+
+
+class BatchBar:
+    """A Rich bar over a batch's documents, with questions, tokens/s, ETA and failures; a context manager."""
+
+    def __init__(self, console: Console, enabled: bool = True):
+        self.bar = Progress(
+            TextColumn("[bold]batch"), BarColumn(), TextColumn("{task.completed:,.0f}/{task.total:,.0f} documents"),
+            TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+            console=console, disable=not enabled, transient=True,
+        )
+        self.task = self.bar.add_task("batch", total=0, info="")
+
+    def __enter__(self) -> "BatchBar":
+        self.bar.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.bar.stop()
+
+    def update(self, progress) -> None:
+        tokens = progress.tokens_read + sum(progress.tokens_in_flight.values())
+        rate = tokens / progress.elapsed_s if progress.elapsed_s else 0.0
+        failed = f", [red]{progress.failed} failed[/]" if progress.failed else ""
+        failed += f", {progress.retries} retried" if progress.retries else ""
+        self.bar.update(self.task, total=progress.documents, completed=progress.documents_done,
+                        info=f"{progress.questions_done:,}/{progress.questions:,} questions, {rate:,.0f} tok/s{failed}")
+
+
+def batch_table(summary, out: str) -> Table:
+    """What a batch did: rows answered, failed and skipped, and its throughput."""
+    table = Table(title=f"Answers in {out}", header_style="bold")
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    where = f"{summary.pool}, {summary.workers} workers" if summary.workers else summary.pool
+    for name, value in [
+        ("documents read", f"{summary.documents:,}"),
+        ("questions answered", f"{summary.answered:,}"),
+        ("failed (error rows)", f"{summary.failed:,}"),
+        ("skipped (already answered)", f"{summary.skipped:,}"),
+        ("workers retried", f"{summary.retries:,}"),
+        ("tokens read", f"{summary.tokens_read:,}"),
+        ("wall time", f"{summary.wall_s:,.1f} s ({where})"),
+        ("throughput", f"{summary.tokens_per_s:,.0f} tok/s, {summary.documents_per_hour:,.0f} documents/hour"),
+    ]:
+        table.add_row(name, value)
+    return table

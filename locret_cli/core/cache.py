@@ -1,0 +1,283 @@
+"""The bounded KV cache: keys, values, scores and positions of every entry, kept and evicted together.
+
+Each layer holds, per KV head, n entries:
+    keys, values: (B, kv_heads, n, head_dim) in the model's dtype, keys already rotated for their position;
+    scores:       (B, kv_heads, n) float32, the eviction policy's score of each entry;
+    positions:    (B, kv_heads, n) int32, the position each key is currently rotated for;
+    origins:      (B, kv_heads, n) int32, the entry's token index in the whole input, which no eviction or
+                  renumbering changes (4 bytes per entry and KV head: what citations map back to pages);
+    unrotated:    (B, kv_heads, n, head_dim), once keys first move: each key turned back to position 0. Every move
+                  turns keys from it, never from their last position, so rounding does not build up over hundreds of
+                  evictions. Entries appended since the last move get theirs at the next eviction or move.
+Heads select independently, so the same slot may hold different tokens in different heads; every head always holds
+the same number of entries, which keeps the model's attention mask valid.
+
+The tensors are views of buffers allocated once, with room for budget + chunk + question + answer entries
+(`LocretCache.reserve`), and written in place, as gpt-fast's static cache is: appending a decoded token copies one
+entry, not the whole cache. `LocretCache.evict` is the one place entries are dropped; it gathers all fields with the
+same indices.
+
+A fork (`LocretCache.fork`, read once and ask many) shares its parent's buffers. The entries both hold are never
+written in place again: whoever would write there first takes a private copy. Past them, the buffer's tail belongs
+to the last cache that appended to it; a cache whose appended entries were overwritten that way refuses to go on.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from transformers.cache_utils import Cache, CacheLayerMixin
+
+from locret_cli.core.profile_marks import CACHE_UPDATE, REROTATE, SELECT, mark
+from locret_cli.core.rope import AngleTable, rotate
+from locret_cli.errors import LocretError
+
+FIELDS = ("keys", "values", "scores", "positions", "origins")  # every entry's; a saved context holds these
+UNROTATED = "unrotated"  # added once keys first move
+
+
+class Buffers:
+    """One layer's preallocated tensors, (B, kv_heads, capacity[, head_dim]) each, shared by a cache and its forks.
+
+    The first `shared` entries are held by more than one cache and are read-only; `tail_owner` is the cache whose
+    entries lie past them."""
+
+    def __init__(self, tensors: dict[str, torch.Tensor]):
+        self.tensors, self.shared, self.tail_owner = tensors, 0, None
+        self.entry_bytes = self._entry_bytes()
+
+    def _entry_bytes(self) -> int:
+        return sum(t.numel() // t.shape[2] * t.element_size() for t in self.tensors.values())
+
+    def add(self, name: str, like: torch.Tensor) -> None:
+        """A new field shaped and typed like `like` (B, kv_heads, n[, head_dim]), as long as the others."""
+        self.tensors[name] = like.new_empty(like.shape[:2] + (self.capacity,) + like.shape[3:])
+        self.entry_bytes = self._entry_bytes()
+
+    @property
+    def capacity(self) -> int:
+        return self.tensors["keys"].shape[2]
+
+    @classmethod
+    def allocate(cls, like: dict[str, torch.Tensor], capacity: int) -> "Buffers":
+        """Empty buffers shaped and typed like `like`'s tensors (B, kv_heads, n[, head_dim]), `capacity` long."""
+        return cls({name: t.new_empty(t.shape[:2] + (capacity,) + t.shape[3:]) for name, t in like.items()})
+
+
+def _entries(name: str) -> property:
+    def view(layer: "ScoredLayer") -> torch.Tensor | None:
+        return None if layer.buffers is None else layer.buffers.tensors[name].narrow(2, 0, layer.length)
+
+    return property(view, doc=f"The {name} of the layer's entries: a view of its buffer, or None before the first "
+                              "update.")
+
+
+class ScoredLayer(CacheLayerMixin):
+    """One decoder layer's entries, as views of its Buffers; see the module docstring."""
+
+    is_sliding = False
+    is_compileable = False
+    keys, values, scores, positions, origins, unrotated = (_entries(name) for name in (*FIELDS, UNROTATED))
+
+    def __init__(self, cache: "LocretCache"):  # CacheLayerMixin.__init__ would assign keys and values
+        self.cache, self.buffers, self.length, self.is_initialized = cache, None, 0, False
+        self.anchored = 0  # the first `anchored` entries have their unrotated key
+        self.staged_positions = self.staged_origins = self.staged_scores = None
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """Every per-entry tensor by name (empty before the first update)."""
+        return {} if self.buffers is None else {name: getattr(self, name) for name in self.buffers.tensors}
+
+    def unrotated_keys(self, frequencies: torch.Tensor) -> torch.Tensor:
+        """Give every entry its unrotated key, turning back those appended since the last call with `frequencies`
+        (rotary_dim / 2,), the ones they were rotated with; returns them all (B, kv_heads, n, head_dim)."""
+        if self.anchored < self.length:
+            cos, sin = self.cache.angles(self.positions[:, :, self.anchored:], frequencies)
+            self._write({UNROTATED: rotate(self.keys[:, :, self.anchored:], cos, -sin)}, start=self.anchored)
+            self.anchored = self.length
+        return self.unrotated
+
+    def nbytes(self) -> int:
+        """Bytes of the entries held (the room reserved past them is not counted)."""
+        return 0 if self.buffers is None else self.length * self.buffers.entry_bytes
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        self.is_initialized = True
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self.length + query_length, 0
+
+    def get_max_length(self) -> int:
+        return -1
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        """Append T new entries (key_states: (B, kv_heads, T, head_dim)) with their staged positions, origins and
+        scores; returns the keys and values of all entries."""
+        with mark(CACHE_UPDATE):
+            new = key_states.shape[2]
+            scores, self.staged_scores = self.staged_scores, None
+            if self.buffers is None:
+                self.is_initialized = True
+                self.buffers = Buffers.allocate(self._first_entries(key_states, value_states, scores),
+                                                self.cache.room_for(new, 0))
+            self._own_tail(self.length + new)
+            buffers, start = self.buffers.tensors, self.length
+            buffers["keys"].narrow(2, start, new).copy_(key_states)
+            buffers["values"].narrow(2, start, new).copy_(value_states)
+            buffers["positions"].narrow(2, start, new).copy_(self.staged_positions.view(1, 1, new))
+            buffers["origins"].narrow(2, start, new).copy_(self.staged_origins.view(1, 1, new))
+            if scores is None:
+                buffers["scores"].narrow(2, start, new).zero_()
+            else:
+                buffers["scores"].narrow(2, start, new).copy_(scores)
+            self.length += new
+            return self.keys, self.values
+
+    def _first_entries(self, key_states, value_states, scores) -> dict[str, torch.Tensor]:
+        """The five fields of the first appended entries, to allocate buffers like."""
+        batch, heads, new, _ = key_states.shape
+        index = self.staged_positions.view(1, 1, new).expand(batch, heads, new)
+        if scores is None:
+            scores = key_states.new_empty(batch, heads, new, dtype=torch.float32)
+        return {"keys": key_states, "values": value_states, "scores": scores, "positions": index, "origins": index}
+
+    def load(self, tensors: dict[str, torch.Tensor]) -> None:
+        """Hold exactly `tensors` (the five, as `tensors()` returns them): a saved context's entries."""
+        self.length, self.anchored = tensors["keys"].shape[2], 0
+        self.buffers = Buffers.allocate(tensors, self.cache.room_for(self.length, 0))
+        self.is_initialized = True
+        self._write(tensors)
+
+    def keep(self, keep: torch.Tensor, moved_to: torch.Tensor | None = None) -> None:
+        """Keep only entries `keep` (B, kv_heads, k), in that order (gathered first, then written over the front);
+        with `moved_to` (B, kv_heads, k), rotate the kept keys for those positions, turning them from their
+        unrotated keys. Once keys have moved, the entries appended since get their unrotated keys first."""
+        if self.anchored or moved_to is not None:
+            self.unrotated_keys(self.cache.frequencies)
+        fields = self.tensors()
+        if moved_to is not None:  # the keys are made again from the unrotated ones, and the positions are given
+            del fields["keys"], fields["positions"]
+        gathered = {name: t.gather(2, keep if t.dim() == 3 else keep.unsqueeze(-1).expand(-1, -1, -1, t.shape[-1]))
+                    for name, t in fields.items()}
+        if moved_to is not None:
+            gathered["positions"] = moved_to.to(self.positions)
+            with mark(REROTATE):
+                cos, sin = self.cache.angles(gathered["positions"], self.cache.frequencies)
+                gathered["keys"] = rotate(gathered[UNROTATED], cos, sin)
+        self.length = keep.shape[-1]
+        self.anchored = min(self.anchored, self.length)
+        self._write(gathered)
+
+    def set(self, name: str, tensor: torch.Tensor) -> None:
+        """Replace one field of every entry (scores rescored, keys re-rotated, positions renumbered)."""
+        self._write({name: tensor})
+
+    def _write(self, tensors: dict[str, torch.Tensor], start: int = 0) -> None:
+        """Write entries start.. of some fields (B, kv_heads, k[, head_dim]), first taking a private copy if
+        entries are shared."""
+        if self.buffers.shared > 0:
+            self._private_copy(self.buffers.capacity)
+        for name, t in tensors.items():
+            if name not in self.buffers.tensors:
+                self.buffers.add(name, t)
+            self.buffers.tensors[name].narrow(2, start, t.shape[2]).copy_(t)
+
+    def _own_tail(self, needed: int) -> None:
+        """Make this cache the one that may write entries length..needed-1, growing or copying if it must."""
+        buffers = self.buffers
+        if buffers.tail_owner is not self.cache and self.length > buffers.shared:
+            raise LocretError("this cache's last entries were overwritten by another fork of the same reading; "
+                              "fork the reading again")
+        if self.length < buffers.shared or needed > buffers.capacity:
+            self._private_copy(self.cache.room_for(needed, buffers.capacity))
+        self.buffers.tail_owner = self.cache
+
+    def _private_copy(self, capacity: int) -> None:
+        """Move this layer's entries into buffers of its own, `capacity` long."""
+        current = self.tensors()
+        self.buffers = Buffers.allocate(current, capacity)
+        self.buffers.tail_owner = self.cache
+        for name, t in current.items():
+            self.buffers.tensors[name][:, :, : self.length] = t
+
+
+class LocretCache(Cache):
+    """One ScoredLayer per decoder layer, plus the bookkeeping the engine reports."""
+
+    def __init__(self, num_layers: int, reserved: int = 0, step: int = 256):
+        super().__init__(layers=[ScoredLayer(self) for _ in range(num_layers)])
+        self.reserved = reserved  # entries each layer's buffers may grow to before they are needed
+        self.step = step  # past the reservation, buffers grow by at least this many entries (a chunk)
+        self.frequencies: torch.Tensor | None = None  # inverse frequencies the cached keys are rotated with
+        self.angles = AngleTable()  # cos and sin of the positions keys move to and from
+        self.peak_tokens = 0
+        self.peak_bytes = 0
+
+    def room_for(self, needed: int, capacity: int) -> int:
+        """The capacity to allocate for `needed` entries, growing from `capacity`: within the reservation, twice what
+        is needed but never past it; beyond it (a policy that never evicts), one `step` more, so a full cache holds
+        at most one chunk of room it does not use."""
+        if needed <= self.reserved:
+            return max(needed, capacity, min(self.reserved, 2 * needed))
+        return max(needed, capacity + self.step)
+
+    def reserve(self, entries: int) -> None:
+        """Make room for `entries` per head before they come, so appending them never grows a buffer."""
+        self.reserved = max(self.reserved, entries)
+        for layer in self.layers:
+            if layer.buffers is not None and layer.buffers.capacity < entries:
+                layer._private_copy(entries)
+
+    def stage(self, positions: torch.Tensor, origins: torch.Tensor) -> None:
+        """Set the positions and origins (token indices) (T,) of the tokens the next forward pass appends."""
+        positions, origins = positions.to(torch.int32), origins.to(torch.int32)
+        for layer in self.layers:
+            layer.staged_positions, layer.staged_origins = positions, origins
+
+    def fork(self) -> "LocretCache":
+        """A cache that starts as this one and shares its buffers (see the module docstring)."""
+        clone = copy.copy(self)
+        clone.layers = []
+        for layer in self.layers:
+            twin = copy.copy(layer)
+            twin.cache = clone
+            if layer.buffers is not None:
+                layer.buffers.shared = max(layer.buffers.shared, layer.length)
+            clone.layers.append(twin)
+        return clone
+
+    def stage_scores(self, layer_idx: int, scores: torch.Tensor) -> None:
+        """Set the scores (B, kv_heads, T) of the tokens the next forward pass appends to `layer_idx`."""
+        self.layers[layer_idx].staged_scores = scores
+
+    def length(self) -> int:
+        """Entries per head (the same in every layer and head)."""
+        return self.layers[0].length
+
+    def nbytes(self) -> int:
+        return sum(layer.nbytes() for layer in self.layers)
+
+    def note_peak(self) -> None:
+        """Record the current size; called after every forward pass, when the cache is at its largest."""
+        self.peak_tokens = max(self.peak_tokens, self.length())
+        self.peak_bytes = max(self.peak_bytes, self.nbytes())
+
+    def evict(self, layer_idx: int, keep: torch.Tensor, moved_to: torch.Tensor | None = None) -> None:
+        """Keep only entries `keep` (B, kv_heads, k), ascending, in one layer: every field of each entry. With
+        `moved_to` (B, kv_heads, k), the kept keys are rotated for those positions (compact renumbering)."""
+        with mark(SELECT):
+            self.layers[layer_idx].keep(keep, moved_to)
+
+    def switch_frequencies(self, new_frequencies: torch.Tensor) -> None:
+        """Rotate every cached key, at its position, for `new_frequencies` (longrope, dynamic NTK), turning it from
+        its unrotated key. Moves to new positions happen in `evict`."""
+        with mark(REROTATE):
+            for layer in self.layers:
+                if layer.length > 0:
+                    unrotated = layer.unrotated_keys(self.frequencies)
+                    layer.set("keys", rotate(unrotated, *self.angles(layer.positions, new_frequencies)))
+            self.frequencies = new_frequencies

@@ -1,0 +1,90 @@
+"""Forward hooks that hand each attention layer's pre-RoPE q, k and v to a callback.
+
+The hooks sit on the model's own projection modules (`q_proj`, `k_proj`, `v_proj`, or Phi-3's fused `qkv_proj`), so
+no modeling code is forked. They are registered in a context manager and always removed on exit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+
+from locret_cli.core.shape import ModelShape
+from locret_cli.errors import LocretError
+
+# on_qkv(layer_idx, q (B, T, heads*head_dim), k (B, T, kv_heads*head_dim), v (B, T, kv_heads*head_dim))
+QKVCallback = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], None]
+
+
+def attention_layers(model) -> list[nn.Module]:
+    """The decoder's attention modules in layer order; each has a `layer_idx`."""
+    found = {}
+    for module in model.modules():
+        layer_idx = getattr(module, "layer_idx", None)
+        if layer_idx is not None and type(module).__name__.endswith("Attention"):
+            found.setdefault(layer_idx, module)
+    if not found:
+        raise LocretError(f"{type(model).__name__} has no attention layers locret can hook")
+    return [found[i] for i in sorted(found)]
+
+
+def check_projections(model) -> list[nn.Module]:
+    """The attention layers, refusing in one line an architecture whose attention has neither q/k/v_proj nor
+    qkv_proj."""
+    layers = attention_layers(model)
+    for attn in layers:
+        if not (all(hasattr(attn, n) for n in ("q_proj", "k_proj", "v_proj")) or hasattr(attn, "qkv_proj")):
+            raise LocretError(
+                f"{type(attn).__name__} has no q_proj/k_proj/v_proj (or fused qkv_proj) modules; "
+                "locret's retaining heads cannot read this architecture"
+            )
+    return layers
+
+
+@contextmanager
+def capture_qkv(model, on_qkv: QKVCallback) -> Iterator[None]:
+    """Call `on_qkv` once per layer per forward pass with that layer's pre-RoPE projections.
+
+    The three projections of a layer are held only until the last of them has run, so at most one layer's q, k
+    and v are alive at once.
+    """
+    layers = check_projections(model)
+    shape = ModelShape.from_config(model.config)
+    handles = []
+    pending: dict[int, dict[str, torch.Tensor]] = {}
+
+    def collector(layer_idx: int, name: str):
+        def hook(_module, _inputs, output):
+            parts = pending.setdefault(layer_idx, {})
+            parts[name] = output
+            if len(parts) == 3:
+                del pending[layer_idx]
+                on_qkv(layer_idx, parts["q"], parts["k"], parts["v"])
+
+        return hook
+
+    def fused(layer_idx: int):
+        sizes = [shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim, shape.kv_heads * shape.head_dim]
+
+        def hook(_module, _inputs, output):
+            q, k, v = output.split(sizes, dim=-1)
+            on_qkv(layer_idx, q, k, v)
+
+        return hook
+
+    try:
+        for layer_idx, attn in enumerate(layers):
+            if hasattr(attn, "qkv_proj"):
+                handles.append(attn.qkv_proj.register_forward_hook(fused(layer_idx)))
+            else:
+                for name in ("q", "k", "v"):
+                    proj = getattr(attn, f"{name}_proj")
+                    handles.append(proj.register_forward_hook(collector(layer_idx, name)))
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+        pending.clear()

@@ -1,0 +1,234 @@
+"""Chunked prefill with bounded-cache eviction, then question prefill and decoding.
+
+The functions here never print. Progress goes out through a callback; timings are taken after synchronising the
+device, and nothing is warmed up first.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable, Iterable
+from contextlib import ExitStack, nullcontext
+from dataclasses import dataclass
+
+import torch
+
+from locret_cli.core.cache import LocretCache
+from locret_cli.core.capture import capture_qkv
+from locret_cli.core.citations import AttentionTally
+from locret_cli.core.policies import Policy, select
+from locret_cli.core.probe import observe_attention
+from locret_cli.core.profile_marks import CAPTURE, FREQUENCIES, mark
+from locret_cli.core.rope import changes_with_length, frequencies_for, rotary_module
+from locret_cli.core.settings import AnswerSettings, ReadSettings
+from locret_cli.core.sources import TokenChunk
+from locret_cli.errors import SettingError
+
+QUESTION_ALLOWANCE = 256  # tokens a question is assumed to take when a document is read before it is asked
+
+
+@dataclass
+class Progress:
+    """Sent after every document chunk."""
+
+    tokens: int
+    units_done: int
+    first_page: int | None
+    last_page: int | None
+    cache_tokens: int
+
+
+@dataclass
+class Generation:
+    """What one run produced and what it cost."""
+
+    token_ids: list[int]
+    document_tokens: int
+    question_tokens: int
+    cache_kept_tokens: int  # entries per head once the document is in, before the question
+    cache_peak_tokens: int
+    cache_peak_bytes: int
+    time_to_first_token_s: float  # document and question prefill, and the first token
+    decode_s: float
+    decode_steps: int
+
+
+class Engine:
+    """Runs one document and question through `model` with `policy`, never holding more than budget + chunk.
+
+    The first `pinned` tokens read (BOS and the chat template's head, which the first chunk starts with) are never
+    evicted, under every policy: a document cannot push the prompt's opening out of the cache."""
+
+    def __init__(self, model, policy: Policy, settings: ReadSettings, stop_ids: set[int], pinned: int = 0,
+                 answering: AnswerSettings = AnswerSettings()):
+        if policy.evicts and pinned + settings.stabilizers > settings.budget:
+            raise SettingError(
+                "the prompt's opening ({pinned} tokens, never evicted) and {stabilizers} {stabilizers_value} do not "
+                "fit in {budget} {budget_value}; raise {budget} or lower {stabilizers}",
+                pinned=pinned, stabilizers_value=settings.stabilizers, budget_value=settings.budget)
+        self.model, self.policy, self.settings, self.stop_ids, self.pinned = model, policy, settings, stop_ids, pinned
+        self.answering = answering
+        self.device = model.device
+        self.rotary = rotary_module(model)
+        self.dynamic_frequencies = changes_with_length(self.rotary)
+        room = settings.budget + settings.chunk_size + QUESTION_ALLOWANCE + answering.max_new_tokens
+        room = room if policy.evicts else 0
+        self.cache = LocretCache(model.config.get_text_config(decoder=True).num_hidden_layers, reserved=room,
+                                 step=settings.chunk_size)
+        self.seen = 0  # tokens of input consumed so far
+        self.document_tokens = self.kept_tokens = 0
+        self.generator = torch.Generator(device="cpu").manual_seed(answering.seed)
+
+    def run(
+        self,
+        chunks: Iterable[TokenChunk],
+        question_ids: list[int],
+        on_progress: Callable[[Progress], None] | None = None,
+    ) -> Generation:
+        """Read the document, then answer the question."""
+        start = self.clock()
+        self.read(chunks, on_progress)
+        return self.answer(question_ids, start)
+
+    def read(self, chunks: Iterable[TokenChunk], on_progress: Callable[[Progress], None] | None = None) -> None:
+        """Stream the document through the bounded cache. Eviction does not depend on the question, so one read can
+        serve many questions (`answer` on forks of this engine)."""
+        for chunk in chunks:
+            self.prefill_chunk(chunk.ids)
+            if on_progress:
+                on_progress(Progress(self.seen, chunk.units_done, chunk.first_page, chunk.last_page, self.cache.length()))
+        self.document_tokens, self.kept_tokens = self.seen, self.cache.length()
+
+    def answer(self, question_ids: list[int], start: float | None = None,
+               on_token: Callable[[int], None] | None = None, tally: AttentionTally | None = None) -> Generation:
+        """Prefill the question without eviction and decode; `start` is when reading began (default: now).
+
+        `on_token` hears each answer token as it is chosen; `tally`, if given, adds up the attention the answer pays
+        to the document's entries (for citations)."""
+        start = self.clock() if start is None else start
+        self.cache.reserve(self.cache.length() + len(question_ids) + self.answering.max_new_tokens)
+        with observe_attention(self.model, tally.observe) if tally is not None else nullcontext():
+            logits = self.forward(question_ids, score=False)
+            first = self.pick(logits)
+            first_token_at = self.clock()
+            tokens, steps = self.decode(first, on_token)
+        end = self.clock()
+        return Generation(
+            token_ids=tokens,
+            document_tokens=self.document_tokens,
+            question_tokens=len(question_ids),
+            cache_kept_tokens=self.kept_tokens,
+            cache_peak_tokens=self.cache.peak_tokens,
+            cache_peak_bytes=self.cache.peak_bytes,
+            time_to_first_token_s=first_token_at - start,
+            decode_s=end - first_token_at,
+            decode_steps=steps,
+        )
+
+    def fork(self, answering: AnswerSettings | None = None) -> "Engine":
+        """An engine sharing the model and, until either changes them, the cache's tensors: ask it a question and
+        this one stays intact. It answers with `answering` (default: this engine's)."""
+        clone = copy.copy(self)
+        clone.cache = self.cache.fork()
+        clone.answering = answering or self.answering
+        clone.generator = torch.Generator(device="cpu").manual_seed(clone.answering.seed)
+        return clone
+
+    @torch.no_grad()
+    def prefill_chunk(self, ids: list[int]) -> None:
+        """Append one chunk to the cache, scoring it, then evict down to the budget."""
+        self.forward(ids, score=self.policy.evicts)
+        if self.policy.evicts and self.cache.length() > self.settings.budget:
+            self.evict()
+
+    @torch.no_grad()
+    def evict(self) -> None:
+        """Keep the top `budget` entries per KV head, pinned and stabilizers first; renumber positions if compact."""
+        budget = self.settings.budget
+        renumbered = None
+        if self.settings.positions == "compact":
+            batch, heads = self.cache.layers[0].positions.shape[:2]
+            renumbered = torch.arange(budget, device=self.device, dtype=torch.int32).expand(batch, heads, budget)
+        for layer_idx, layer in enumerate(self.cache.layers):
+            keep = select(layer.scores, budget, self.settings.stabilizers, self.pinned)
+            self.cache.evict(layer_idx, keep, renumbered)
+
+    @torch.no_grad()
+    def forward(self, ids: list[int], score: bool) -> torch.Tensor:
+        """Run `ids` through the model on top of the cache; returns the last position's logits (vocab,)."""
+        token_index = torch.arange(self.seen, self.seen + len(ids), device=self.device)
+        if self.settings.positions == "compact":
+            start = self.cache.length()
+            positions = torch.arange(start, start + len(ids), device=self.device)
+        else:
+            positions = token_index
+        self._sync_frequencies(positions)
+        self.cache.stage(positions, token_index)
+        with ExitStack() as scoring:
+            if score:
+                scoring.enter_context(capture_qkv(self.model, self._scorer(token_index)))
+                if self.policy.observes:
+                    scoring.enter_context(observe_attention(self.model, self._observe))
+            out = self.model(
+                input_ids=torch.tensor([ids], device=self.device),
+                position_ids=positions.unsqueeze(0),
+                past_key_values=self.cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+        self.seen += len(ids)
+        self.cache.note_peak()
+        return out.logits[0, -1].float()
+
+    def _scorer(self, token_index: torch.Tensor):
+        """The capture callback: the policy scores a layer's new entries, staged for the cache to append."""
+
+        def on_qkv(layer_idx, q, k, v):
+            with mark(CAPTURE):
+                self.cache.stage_scores(layer_idx, self.policy.score(layer_idx, q, k, v, token_index))
+
+        return on_qkv
+
+    def _observe(self, layer_idx: int, query: torch.Tensor, key: torch.Tensor, scaling: float) -> None:
+        self.policy.observe(layer_idx, query, key, scaling, self.cache.layers[layer_idx])
+
+    def _sync_frequencies(self, positions: torch.Tensor) -> None:
+        """Longrope and dynamic NTK change frequencies with length: bring cached keys along when they do."""
+        if self.cache.frequencies is not None and not self.dynamic_frequencies:
+            return
+        with mark(FREQUENCIES):
+            frequencies = frequencies_for(self.rotary, positions)
+        if self.cache.frequencies is None or self.cache.length() == 0:
+            self.cache.frequencies = frequencies
+        elif not torch.equal(frequencies, self.cache.frequencies):
+            self.cache.switch_frequencies(frequencies)
+
+    def decode(self, first: int, on_token: Callable[[int], None] | None = None) -> tuple[list[int], int]:
+        """Greedy (or sampled) decoding from `first` until a stop token or max_new_tokens; returns (tokens, steps)."""
+        tokens, steps, token = [], 0, first
+        while token not in self.stop_ids:
+            tokens.append(token)
+            if on_token:
+                on_token(token)
+            if len(tokens) >= self.answering.max_new_tokens:
+                break
+            token = self.pick(self.forward([token], score=False))
+            steps += 1
+        return tokens, steps
+
+    def pick(self, logits: torch.Tensor) -> int:
+        """Next token from logits (vocab,): argmax at temperature 0, else top-p sampling."""
+        if self.answering.temperature == 0:
+            return int(logits.argmax())
+        probs = torch.softmax(logits.cpu() / self.answering.temperature, dim=-1)
+        ordered, index = probs.sort(descending=True)
+        keep = ordered.cumsum(-1) - ordered < self.answering.top_p
+        ordered = torch.where(keep, ordered, 0.0)
+        choice = torch.multinomial(ordered / ordered.sum(), 1, generator=self.generator)
+        return int(index[choice])
+
+    def clock(self) -> float:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter()

@@ -1,0 +1,73 @@
+"""Whether two loaded models hold the same weights, whatever precision each was stored or loaded in.
+
+A few values sampled at fixed places of a few tensors are kept with trained heads. The same checkpoint loaded from a
+4-bit GGUF, nf4 or bf16 gives nearly the same values there (cosine above 0.99, docs/real-models.md), while another
+model of the same shape gives unrelated ones (cosine near 0). Hashes cannot do this: quantization changes every bit.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from locret_cli.core.shape import ModelShape
+
+SAMPLES = 1024
+SAME_MODEL = 0.95  # lowest cosine, over the sampled tensors, of the same weights in another precision
+
+
+def sampled_tensors(shape: ModelShape) -> list[str]:
+    """The tensors sampled: the embeddings and three projections spread through the depth."""
+    last, middle = shape.layers - 1, shape.layers // 2
+    return ["model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight",
+            f"model.layers.{middle}.mlp.down_proj.weight", f"model.layers.{last}.self_attn.v_proj.weight"]
+
+
+def sample_index(numel: int) -> torch.Tensor:
+    """SAMPLES flat indices spread evenly from 0 to numel - 1, in integer arithmetic (float32 is not exact past
+    2²⁴)."""
+    return torch.arange(SAMPLES) * (numel - 1) // (SAMPLES - 1)
+
+
+def sampled_values(param: torch.Tensor) -> list[float]:
+    """SAMPLES values of `param` at evenly spaced flat indices of its logical shape. Plain weights are indexed where
+    they lie, so an 8B model's embeddings are never copied; 4-bit (bitsandbytes) weights are dequantized first."""
+    state = getattr(param, "quant_state", None)
+    if state is not None:
+        import bitsandbytes.functional as bnbf
+
+        param = bnbf.dequantize_4bit(param.data, state)
+    flat = param.detach().reshape(-1)
+    return [round(float(v), 6) for v in flat[sample_index(flat.numel()).to(flat.device)].float().cpu()]
+
+
+def weight_samples(model) -> dict[str, list[float]]:
+    """{tensor name: sampled values}, for the sampled tensors this model has."""
+    params = dict(model.named_parameters())
+    wanted = sampled_tensors(ModelShape.from_config(model.config))
+    return {name: sampled_values(params[name]) for name in wanted if name in params}
+
+
+def similarity(model, recorded: dict[str, list[float]]) -> float:
+    """The lowest cosine between `model`'s samples and `recorded` ones, over the tensors both have (0.0 if none)."""
+    mine = weight_samples(model)
+    shared = [name for name in recorded if name in mine]
+    if not shared:
+        return 0.0
+    cosines = [torch.nn.functional.cosine_similarity(torch.tensor(mine[n]), torch.tensor(recorded[n]), dim=0)
+               for n in shared]
+    return float(min(cosines))
+
+
+def weights_identity(model) -> dict:
+    """What heads record about the model they were trained for: its shape and weight samples."""
+    from dataclasses import asdict
+
+    return {"shape": asdict(ModelShape.from_config(model.config)), "weight_samples": weight_samples(model)}
+
+
+def same_model(model, identity: dict) -> tuple[bool, float]:
+    """(match, cosine): `model` has the recorded shape and its samples agree with the recorded ones."""
+    if ModelShape(**identity["shape"]) != ModelShape.from_config(model.config):
+        return False, 0.0
+    cosine = similarity(model, identity["weight_samples"])
+    return cosine >= SAME_MODEL, cosine

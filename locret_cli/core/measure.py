@@ -1,0 +1,118 @@
+"""Memory figures: process or GPU peaks, and what a full KV cache would need."""
+
+from __future__ import annotations
+
+import os
+import resource
+import sys
+from dataclasses import dataclass
+
+import torch
+
+from locret_cli.core.heads import compute_dtype
+from locret_cli.core.policies.attention import QUERY_BLOCK
+from locret_cli.core.shape import ModelShape
+from locret_cli.errors import SettingError
+
+
+def reset_peak(device: torch.device) -> None:
+    """Start a fresh GPU peak; the CPU's peak RSS cannot be reset and covers the whole process."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak_memory(device: torch.device) -> tuple[int, str]:
+    """(bytes, what was measured): torch.cuda.max_memory_allocated on CUDA, else the process's peak RSS."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        return torch.cuda.max_memory_allocated(device), "cuda max_memory_allocated"
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss * (1 if sys.platform == "darwin" else 1024), "cpu peak RSS"
+
+
+def full_cache_bytes(model, tokens: int) -> int:
+    """Bytes a plain cache of keys and values would hold for `tokens` tokens."""
+    shape = ModelShape.from_config(model.config)
+    element = torch.empty(0, dtype=compute_dtype(model)).element_size()
+    return shape.layers * 2 * shape.kv_heads * shape.head_dim * element * tokens
+
+
+def available_memory(device: torch.device) -> int:
+    """Bytes that could still be allocated: free GPU memory on CUDA, else the kernel's MemAvailable."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        for line in open("/proc/meminfo"):
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def weight_bytes(model) -> int:
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """What one run is estimated to need beyond the loaded weights, in bytes, and what is free for it."""
+
+    cache_bytes: int  # keys, values, scores, positions and origins at their largest
+    activation_bytes: int  # one chunk's forward pass: hidden states, MLP, q/k/v, attention weights, head inputs
+    available_bytes: int
+
+    @property
+    def need_bytes(self) -> int:
+        return self.cache_bytes + self.activation_bytes
+
+
+def plan_memory(model, cache_entries: int, chunk_tokens: int, head_hidden: int = 0,
+                keys_move: bool = False) -> MemoryPlan:
+    """Estimate a run whose cache peaks at `cache_entries` per KV head and that prefills `chunk_tokens` at a time.
+
+    The estimate counts the cache (2 · head_dim elements plus a float32 score, an int32 position and an int32 origin
+    per entry, and head_dim more when `keys_move`: the unrotated keys of cache.py), and for one chunk: hidden
+    states and residuals (4 · hidden), the MLP (3 · intermediate), q/k/v before and after RoPE, the retaining
+    heads' inputs and hidden layer (`head_hidden`), keys and values expanded to every query head, and one block of
+    64 queries' float32 attention over the cache (what H2O and SnapKV score with). Attention weights for the whole
+    chunk are not counted: torch's fused SDPA kernels never build them."""
+    shape = ModelShape.from_config(model.config)
+    config = model.config.get_text_config(decoder=True)
+    element = torch.empty(0, dtype=compute_dtype(model)).element_size()
+    per_entry = (3 if keys_move else 2) * shape.head_dim * element + 12
+    cache = shape.layers * shape.kv_heads * cache_entries * per_entry
+    intermediate = getattr(config, "intermediate_size", None) or 4 * shape.hidden_size
+    per_token = (4 * shape.hidden_size + 3 * intermediate + 2 * shape.qkv_width) * element
+    per_token += (shape.qkv_width + head_hidden) * 4
+    attention = shape.heads * cache_entries * (2 * shape.head_dim * element + 2 * QUERY_BLOCK * 4)
+    logits = getattr(config, "vocab_size", 0) * 4
+    return MemoryPlan(cache, chunk_tokens * per_token + attention + logits, available_memory(model.device))
+
+
+def check_fits(plan: MemoryPlan, cache_setting: str | None) -> None:
+    """Refuse, in one line, a run estimated not to fit in free memory. It names `cache_setting` when the cache alone
+    does not fit (None: a cache that grows with the document), else chunk_size, which bounds the activations."""
+    if plan.need_bytes <= plan.available_bytes:
+        return
+    if plan.cache_bytes <= plan.available_bytes:
+        cache_setting = "chunk_size"
+    lower = (f"{{{cache_setting}}}" if cache_setting else
+             "the document's length (or use a policy that evicts, such as {policy} locret)")
+    raise SettingError(
+        "this run needs about {need} beyond the weights (KV cache {cache}, one chunk's activations {activations}) "
+        "but only {free} is free; lower " + lower + ", or pass {force} to run anyway",
+        need=human_bytes(plan.need_bytes), cache=human_bytes(plan.cache_bytes),
+        activations=human_bytes(plan.activation_bytes), free=human_bytes(plan.available_bytes))
+
+
+def human_bytes(n: int | None) -> str:
+    """`n` bytes for people: 512 B, 3.10 MiB, 1.50 GiB; None is "-"."""
+    if n is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")

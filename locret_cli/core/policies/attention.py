@@ -1,0 +1,74 @@
+"""Baselines scored from the attention the chunk's own queries pay to the cache (H2O / SirLLM, SnapKV).
+
+Both read the real post-RoPE queries and keys through `probe.observe_attention`, after the layer's cache already
+holds the chunk, and compute attention probabilities in blocks of queries, never a full T×n matrix at once.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from locret_cli.core.policies.base import Policy
+
+QUERY_BLOCK = 64
+
+
+def received_attention(query: torch.Tensor, key: torch.Tensor, scaling: float, first: int = 0) -> torch.Tensor:
+    """Attention each cache entry receives from queries first..T-1 of the chunk, summed over those queries and over
+    each KV head's query group.
+
+    query (B, heads, T, D): the chunk's queries, the last T entries of `key` being its own keys (causal among them).
+    key (B, kv_heads, n, D). Returns (B, kv_heads, n) float32.
+    """
+    batch, heads, length, _ = query.shape
+    kv_heads, n = key.shape[1], key.shape[2]
+    group = heads // kv_heads
+    keys = key.float().repeat_interleave(group, dim=1)
+    total = torch.zeros(batch, heads, n, device=query.device)
+    columns = torch.arange(n, device=query.device)
+    for q0 in range(first, length, QUERY_BLOCK):
+        block = query[:, :, q0:q0 + QUERY_BLOCK].float()
+        rows = torch.arange(q0, q0 + block.shape[2], device=query.device) + (n - length)
+        scores = (block @ keys.transpose(-1, -2)) * scaling
+        scores = scores.masked_fill(columns[None, :] > rows[:, None], float("-inf"))
+        total += scores.softmax(dim=-1).sum(dim=2)
+    return total.view(batch, kv_heads, group, n).sum(dim=2)
+
+
+class AttentionScoredPolicy(Policy):
+    """New entries enter at score 0; `observe` then sets every entry's score from the chunk's attention."""
+
+    observes = True
+
+    def __init__(self, head_dim: int):
+        self.head_dim = head_dim
+
+    def score(self, layer_idx, q, k, v, token_index):
+        return torch.zeros(q.shape[0], k.shape[-1] // self.head_dim, q.shape[1], device=q.device)
+
+
+class H2OPolicy(AttentionScoredPolicy):
+    """Heavy hitters: every entry accumulates the attention it receives from each later chunk's queries; the
+    newest entries (stabilizers) are the recent window."""
+
+    name = "h2o"
+
+    def observe(self, layer_idx, query, key, scaling, layer):
+        layer.set("scores", layer.scores + received_attention(query, key, scaling))
+
+
+class SnapKVPolicy(AttentionScoredPolicy):
+    """SnapKV adapted to chunks: after each chunk, every entry is rescored by the attention it gets from the chunk's
+    last `window` queries, smoothed by average pooling over neighbouring entries."""
+
+    name = "snapkv"
+
+    def __init__(self, head_dim: int, window: int = 32, kernel: int = 7):
+        super().__init__(head_dim)
+        self.window, self.kernel = window, kernel
+
+    def observe(self, layer_idx, query, key, scaling, layer):
+        attention = received_attention(query, key, scaling, first=max(0, query.shape[2] - self.window))
+        pooled = F.avg_pool1d(attention, self.kernel, stride=1, padding=self.kernel // 2, count_include_pad=False)
+        layer.set("scores", pooled)

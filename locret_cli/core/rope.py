@@ -1,0 +1,117 @@
+"""Moving cached keys to new positions without recomputing them.
+
+Cached keys are stored already rotated: k_p = s · R(p·f) k, where f is the model's current inverse-frequency vector
+and s its attention scaling. Turning k_p back by p·f gives s · k, which no position or frequency changes; turning
+that forward by p'·f' gives s · R(p'·f') k, exactly what the model would have stored for position p' under
+frequencies f'. That covers compact renumbering (p -> p', same f) and longrope / dynamic-NTK frequency switches
+(same p, f -> f'). The cache keeps s · k once a key first moves and turns every later move from it, so a key's
+error does not grow with the number of moves (docs/engine.md, "No drift"). The frequencies come from the model's own
+rotary module, so Llama 3 scaling, linear, YaRN and longrope factors are whatever transformers computes for the model.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from locret_cli.errors import LocretError
+
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "phi3")
+SUPPORTED_ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn", "longrope")
+LENGTH_DEPENDENT_ROPE_TYPES = ("dynamic", "longrope")  # their frequencies change with the positions a forward sees
+
+
+def check_supported(config) -> None:
+    """Refuse, in one line, a model whose positional scheme locret cannot re-rotate."""
+    config = config.get_text_config(decoder=True)
+    if config.model_type not in SUPPORTED_MODEL_TYPES:
+        raise LocretError(
+            f"model type {config.model_type!r} is not supported; locret handles {', '.join(SUPPORTED_MODEL_TYPES)}"
+        )
+    rope = getattr(config, "rope_parameters", None) or {}
+    rope_type = rope.get("rope_type", "default")
+    if rope_type not in SUPPORTED_ROPE_TYPES:
+        raise LocretError(f"RoPE type {rope_type!r} is not supported; locret handles {', '.join(SUPPORTED_ROPE_TYPES)}")
+
+
+def rotary_module(model) -> torch.nn.Module:
+    """The model's shared rotary-embedding module (`model.model.rotary_emb` for the supported families)."""
+    for module in model.modules():
+        if hasattr(module, "inv_freq") and type(module).__name__.endswith("RotaryEmbedding"):
+            return module
+    raise LocretError(f"{type(model).__name__} has no rotary embedding module")
+
+
+def changes_with_length(rotary: torch.nn.Module) -> bool:
+    """Whether `rotary` picks its frequencies from the positions of each forward (dynamic NTK, longrope)."""
+    return getattr(rotary, "rope_type", "default") in LENGTH_DEPENDENT_ROPE_TYPES
+
+
+@torch.no_grad()
+def frequencies_for(rotary: torch.nn.Module, position_ids: torch.Tensor) -> torch.Tensor:
+    """The inverse frequencies (rotary_dim / 2,) float32 the model will use for a forward at `position_ids`.
+
+    Running the rotary module once lets dynamic schemes (longrope, dynamic NTK) pick their set, exactly as the
+    model's own forward will a moment later.
+    """
+    rotary(torch.empty(0, dtype=torch.float32, device=position_ids.device), position_ids.view(1, -1))
+    return rotary.inv_freq.detach().float().clone()
+
+
+def position_cos_sin(positions: torch.Tensor, freq: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin, (*positions.shape, rotary_dim / 2) float32, of the angles positions · freq.
+
+    Each angle and its cos are taken in float64, once per distinct position: positions reach 10⁶, and float32 angles
+    that large would be off by a good fraction of a radian.
+    """
+    distinct, index = torch.unique(positions, return_inverse=True)
+    cos, sin = _cos_sin(distinct, freq)
+    return cos[index], sin[index]
+
+
+def _cos_sin(positions: torch.Tensor, freq: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin (n, rotary_dim / 2) float32 of positions (n,) · freq, the angles and cos taken in float64."""
+    angles = positions.double()[:, None] * freq.double().to(positions.device)
+    return angles.cos().float(), angles.sin().float()
+
+
+class AngleTable:
+    """cos and sin of position · freq for positions 0..n-1, each angle in float64 as `position_cos_sin` takes it,
+    computed once per frequency set and grown on demand: compact positions stay below budget + chunk + question +
+    answer, so moving keys becomes a lookup. Positions past `limit` (original positions, up to 10⁶) are computed
+    per distinct position instead. The last lookup is kept: every layer of one eviction asks for the same positions
+    tensor, and gets the same cos and sin."""
+
+    def __init__(self, limit: int = 1 << 15):
+        self.limit, self.freq, self.cos, self.sin = limit, None, None, None
+        self.last: tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor]] | None = None
+
+    def __call__(self, positions: torch.Tensor, freq: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin, (*positions.shape, rotary_dim / 2) float32, equal to `position_cos_sin(positions, freq)`."""
+        if self.last is not None and self.last[0] is positions and self.last[1] is freq:
+            return self.last[2]
+        top = int(positions.max()) + 1
+        if top > self.limit or int(positions.min()) < 0:
+            found = position_cos_sin(positions, freq)
+        else:
+            same = self.freq is not None and torch.equal(freq, self.freq)
+            if not same or self.cos.shape[0] < top:
+                rows = min(self.limit, max(top, 2 * self.cos.shape[0] if same else 0))
+                self.cos, self.sin = _cos_sin(torch.arange(rows, device=positions.device), freq)
+                self.freq = freq
+            index = positions.long()
+            found = self.cos[index], self.sin[index]
+        self.last = (positions, freq, found)
+        return found
+
+
+def rotate(keys: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate keys (B, H, n, head_dim), any float dtype, by the angles whose cos and sin (B, H, n, rotary_dim / 2)
+    float32 are given, in the rotate-half layout the supported families use; -sin turns them back.
+
+    Only the first rotary_dim channels turn (partial rotary); the rest pass through. The turn runs in float32 on each
+    half and is cast back once. Returns a tensor shaped and typed like `keys`.
+    """
+    half = cos.shape[-1]
+    first, second = keys[..., :half].float(), keys[..., half:2 * half].float()
+    turned = (first * cos - second * sin, second * cos + first * sin)
+    return torch.cat((*(t.to(keys.dtype) for t in turned), keys[..., 2 * half:]), dim=-1)

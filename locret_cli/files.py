@@ -1,0 +1,48 @@
+"""Writing the user's files safely: never over a file they have unless asked, and never half-written."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from locret_cli.errors import LocretError, SettingError
+
+
+def check_output(path: str | Path, force: bool, suffix: str) -> Path:
+    """`path` as a Path if a file may be written there: it ends in `suffix`, its folder exists, and it does not
+    exist yet (or `force`). One-line LocretError otherwise."""
+    path = Path(path).expanduser()
+    if path.suffix.lower() != suffix:
+        raise LocretError(f"{path}: the file's name must end in {suffix}")
+    if path.exists() and not force:
+        raise SettingError("{path} already exists; choose another path or pass {force} to replace it", path=path)
+    if not path.parent.is_dir():
+        raise LocretError(f"cannot write {path}: {path.parent} is not a directory")
+    return path
+
+
+@contextmanager
+def replacing(path: Path, verb: str = "write") -> Iterator[Path]:
+    """A temporary path beside `path` to write; once the block ends, it replaces `path` in one step, readable as
+    the umask allows. Any failure leaves `path` as it was and no temporary file behind."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        yield temporary
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)  # some writers (safetensors) create files readable by their owner only
+        os.replace(temporary, path)
+    except OSError as exc:
+        raise LocretError(f"cannot {verb} {path}: {exc.strerror}") from None
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def write_synced(path: Path, write: Callable[[object], None]) -> None:
+    """Open `path` for text, let `write` fill it, and flush it to disk."""
+    with path.open("w", encoding="utf-8") as f:
+        write(f)
+        f.flush()
+        os.fsync(f.fileno())

@@ -1,0 +1,86 @@
+"""Models of real shapes with random weights: speed and memory are real, answers are meaningless.
+
+Each preset copies the public config values of a model (layers, widths, heads, KV heads, vocabulary, RoPE), so
+throughput and memory can be measured for the shapes that matter without downloading anything.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import AutoModelForCausalLM, GenerationConfig, LlamaConfig, Phi3Config, Qwen2Config
+
+from locret_cli.core.heads import RetainingHeads
+from locret_cli.errors import LocretError
+from locret_cli.inputs.tokenizer import TiktokenTokenizer
+from locret_cli.models.loading import LoadedModel, choose_dtype, resolve_device
+
+PRESETS = {
+    # HuggingFaceTB/SmolLM2-135M-Instruct
+    "smollm2-135m": lambda: LlamaConfig(
+        hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
+        vocab_size=49152, max_position_embeddings=8192, rope_parameters={"rope_type": "default", "rope_theta": 100000.0},
+        tie_word_embeddings=True, rms_norm_eps=1e-5,
+    ),
+    # Qwen/Qwen2.5-0.5B-Instruct
+    "qwen2.5-0.5b": lambda: Qwen2Config(
+        hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
+        vocab_size=151936, max_position_embeddings=32768,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, tie_word_embeddings=True, rms_norm_eps=1e-6,
+    ),
+    # meta-llama/Llama-3.2-1B-Instruct
+    "llama-3.2-1b": lambda: LlamaConfig(
+        hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32, num_key_value_heads=8,
+        vocab_size=128256, max_position_embeddings=131072, rope_parameters=_llama3_rope(32.0),
+        tie_word_embeddings=True, rms_norm_eps=1e-5,
+    ),
+    # meta-llama/Llama-3.1-8B-Instruct
+    "llama-3.1-8b": lambda: LlamaConfig(
+        hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+        vocab_size=128256, max_position_embeddings=131072, rope_parameters=_llama3_rope(8.0),
+        tie_word_embeddings=False, rms_norm_eps=1e-5,
+    ),
+    # microsoft/Phi-3-mini-128k-instruct. Its 48 published short/long longrope factors are not copied here: they
+    # change the rotation angles, not the cost, so the factors are 1.0 and only the shape, the longrope type, its
+    # switch past 4,096 positions and its attention scaling are the real model's.
+    "phi-3-mini-128k": lambda: Phi3Config(
+        hidden_size=3072, intermediate_size=8192, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=32,
+        vocab_size=32064, max_position_embeddings=131072, original_max_position_embeddings=4096,
+        rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0] * 48,
+                         "long_factor": [1.0] * 48, "factor": 32.0, "original_max_position_embeddings": 4096},
+        tie_word_embeddings=False, rms_norm_eps=1e-5, sliding_window=None, pad_token_id=None, bos_token_id=None,
+        eos_token_id=None,
+    ),
+}
+
+
+def _llama3_rope(factor: float) -> dict:
+    return {"rope_type": "llama3", "rope_theta": 500000.0, "factor": factor, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+
+
+def preset_config(preset: str):
+    """The transformers config of shape preset `preset`."""
+    if preset not in PRESETS:
+        raise LocretError(f"unknown shape preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    return PRESETS[preset]()
+
+
+def random_model(preset: str, dtype: torch.dtype = torch.float32, seed: int = 0):
+    """A randomly initialised model of `preset`'s shape, in eval mode."""
+    config = preset_config(preset)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, dtype=dtype).eval()
+    model.generation_config = GenerationConfig(eos_token_id=TiktokenTokenizer.byte_level().eos_token_id)
+    return model
+
+
+def random_session_parts(preset: str, device: str = "auto", dtype: str = "auto") -> tuple[LoadedModel, RetainingHeads]:
+    """A random-weights model of `preset`'s shape on `device`, a byte-level tokenizer and random heads: the parts of a
+    session that measures speed and memory without downloading anything."""
+    where = resolve_device(device)
+    chosen = choose_dtype(dtype, where)
+    model = random_model(preset, chosen.dtype).to(where)
+    torch.manual_seed(0)
+    heads = RetainingHeads.for_model(model).to(device=where, dtype=model.dtype).eval()
+    loaded = LoadedModel(model, TiktokenTokenizer.byte_level(), f"{preset} shape, random weights", {}, chosen.reason)
+    return loaded, heads

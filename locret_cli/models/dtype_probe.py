@@ -1,0 +1,113 @@
+"""`--dtype auto` on the CPU: bf16 or fp32, chosen by timing both on this machine, once.
+
+A CPU flag does not settle it. On an AMD EPYC with AVX512-BF16, the embedded model decoded at 3.2 tok/s in bf16
+and 11.3 tok/s in fp32, its bf16 RMSNorm about 20 times slower; on an Intel CPU with AMX, bf16 matrix products run
+about 6 times faster than fp32 (docs/performance.md). So the probe runs a small decoder block (RMSNorm as
+transformers computes it, attention projections, a SiLU MLP) in both dtypes, one row at a time as decoding does
+and 128 rows at a time as prefill does, and keeps the faster. It takes a fraction of a second, and the choice is
+cached per CPU, torch version and thread count in `$XDG_CACHE_HOME/locret/dtype-probe.json` (default ~/.cache).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from locret_cli.models.packed_linear import pack_linears
+
+PROBE_VERSION = 2  # 2: only one-row products packed, as locret now packs them
+WIDTH, FFN = 576, 1536  # a small model's sizes; what matters is how each dtype's kernels behave, not the model
+ROUNDS = {1: 24, 128: 3}  # input rows -> repetitions (decode-like, prefill-like)
+
+
+@dataclass(frozen=True)
+class DtypeChoice:
+    dtype: torch.dtype
+    reason: str  # one line for the cost table
+
+
+def cache_file() -> Path:
+    root = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(root) / "locret" / "dtype-probe.json"
+
+
+def machine_key() -> str:
+    """What the measurement depends on: the CPU model, torch and the threads it may use."""
+    return f"{cpu_name()} | torch {torch.__version__} | {torch.get_num_threads()} threads | v{PROBE_VERSION}"
+
+
+def cpu_name() -> str:
+    """The CPU's model name (/proc/cpuinfo), else what `platform` knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+class ProbeBlock(torch.nn.Module):
+    """One decoder layer's worth of work, without attention scores: norm, q/k/v/o, norm, gated MLP."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = torch.nn.Linear(WIDTH, 2 * WIDTH, bias=False)
+        self.o = torch.nn.Linear(WIDTH, WIDTH, bias=False)
+        self.gate_up = torch.nn.Linear(WIDTH, 2 * FFN, bias=False)
+        self.down = torch.nn.Linear(FFN, WIDTH, bias=False)
+        self.norm = torch.nn.Parameter(torch.ones(WIDTH))
+
+    def rms_norm(self, x: torch.Tensor) -> torch.Tensor:
+        h = x.to(torch.float32)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return self.norm * h.to(x.dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.o(self.qkv(self.rms_norm(x))[..., :WIDTH])
+        gate, up = self.gate_up(self.rms_norm(x)).chunk(2, dim=-1)
+        return x + self.down(F.silu(gate) * up)
+
+
+@torch.no_grad()
+def probe_seconds(dtype: torch.dtype) -> float:
+    """Seconds the probe block takes in `dtype` (linears packed as locret packs them), after one warm-up pass."""
+    torch.manual_seed(0)
+    block = ProbeBlock().to(dtype)
+    pack_linears(block)
+    inputs = {rows: torch.randn(1, rows, WIDTH, dtype=dtype) for rows in ROUNDS}
+    for x in inputs.values():
+        block(x)
+    started = time.perf_counter()
+    for rows, repeats in ROUNDS.items():
+        for _ in range(repeats):
+            block(inputs[rows])
+    return time.perf_counter() - started
+
+
+def measured_cpu_dtype() -> DtypeChoice:
+    """bf16 or fp32, whichever ran the probe faster here; measured once per machine key, then read from the cache."""
+    key, path = machine_key(), cache_file()
+    try:
+        cached = json.loads(path.read_text())
+    except (OSError, ValueError):
+        cached = {}
+    seconds = cached.get(key)
+    if not (isinstance(seconds, dict) and {"bf16", "fp32"} <= set(seconds)):
+        seconds = {"bf16": probe_seconds(torch.bfloat16), "fp32": probe_seconds(torch.float32)}
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({**cached, key: seconds}, indent=1) + "\n")
+        except OSError:
+            pass  # an unwritable cache only means measuring again next time
+    faster, slower = ("bf16", "fp32") if seconds["bf16"] < seconds["fp32"] else ("fp32", "bf16")
+    ratio = seconds[slower] / seconds[faster]
+    dtype = torch.bfloat16 if faster == "bf16" else torch.float32
+    return DtypeChoice(dtype, f"{faster}: {ratio:.1f}x faster than {slower} in this CPU's probe")

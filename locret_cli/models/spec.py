@@ -1,0 +1,25 @@
+"""`ModelSpec`: which model to load and how, in plain values (no torch), so that it crosses to worker processes,
+Ray actors and bench cells. `api.load_session(spec)` loads it."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """`model` is a Hub id, a local directory, a `.gguf` file or a known short name (None: the embedded model);
+    `arch` instead builds a real model shape with random weights (`models/arch.py`) for speed and memory figures.
+    `heads` None takes those shipped for the model, if any."""
+
+    model: str | None = None
+    heads: str | None = None
+    policy: str = "locret"
+    device: str = "auto"
+    dtype: str = "auto"
+    load_4bit: bool = False
+    trust_remote_code: bool = False
+    arch: str | None = None
+
+    def to_json(self) -> dict:
+        return asdict(self)

@@ -1,1 +1,0 @@
-"""Making the model itself run faster on the machine at hand, without changing what it computes."""

@@ -1,0 +1,1 @@
+"""Diagnostics of the embedded demo model: what its labels and heads rank above the kept threshold."""

@@ -1,0 +1,1 @@
+"""Diagnostics of SmolLM2-135M-Instruct reading through locret."""

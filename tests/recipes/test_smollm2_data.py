@@ -1,0 +1,44 @@
+"""The SmolLM2 heads' data: prose filtering, facts placed at their depths, records whose answer states every fact."""
+
+from __future__ import annotations
+
+import json
+import random
+
+from recipes import prose
+from recipes.smollm2 import documents, heads_data
+
+PROSE = [f"Paragraph {i} explains how the graph keeps its nodes. It is plain prose, with two sentences." * 2
+         for i in range(40)]
+
+
+def test_prose_keeps_sentences_and_drops_code_tables_and_fields():
+    text = "The function returns a new graph. Each node keeps its attributes, and edges are copied as they are."
+    assert prose.is_prose(text * 2)
+    for bad in (">>> G = nx.Graph()\n" + text, "x_value is the input. " + text, "Parameters\n----------\n" + text,
+                "    indented code line\n" + text, "short. text."):
+        assert not prose.is_prose(bad), bad
+    assert prose.clean("Use :func:`~networkx.path` and ``G.nodes``\nnow.") == "Use networkx.path and G.nodes now."
+
+
+def test_facts_sit_at_their_depths_and_their_answers_are_stated():
+    facts = documents.facts_for(random.Random(3), 4)
+    assert [f.kind for f in facts] == ["passkey", "code", "person", "code"]
+    document = documents.build(PROSE, 2000, facts, seed=7)
+    assert document.depths == sorted(document.depths) and len(document.depths) == 4
+    for fact, depth in zip(document.facts, document.depths):
+        at = document.text.index(fact.statement) / len(document.text)
+        assert abs(at - depth) < 0.1 and fact.answer in fact.statement
+    assert documents.build(PROSE, 2000, facts, seed=7).text == document.text  # seeded
+    assert documents.answered("It is 4821.", "4821") and not documents.answered("It is 482.", "4821")
+
+
+def test_records_ask_for_every_fact_they_hold(tmp_path):
+    path = heads_data.write(PROSE, tmp_path / "train.jsonl", examples=30, tokens=400, seed=0)
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(records) == 30
+    for record in records:
+        stated = [s for s in record["answer"].split(". ") if s]
+        assert record["prompt"].count("\n\nQuestion: ") == 1 and len(stated) in (1, 2, 3)
+        for sentence in stated:  # every fact the answer states is in the prompt, and asked
+            assert sentence.rstrip(".") in record["prompt"]
