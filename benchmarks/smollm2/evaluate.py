@@ -22,6 +22,7 @@ import json
 import random
 import tempfile
 from collections import defaultdict
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -54,10 +55,11 @@ def policy_session(session: Session, policy: str) -> Session:
     return Session(session.loaded, session.heads, policy)
 
 
-def run(session: Session, length: int, policy: str, paragraphs: list[str], out: Path, overrides: dict) -> None:
+def run(session: Session, length: int, policy: str, paragraphs: list[str], out: Path, overrides: dict,
+        answer: dict) -> None:
     done = {(r["length"], r["policy"], r["document"]) for r in read_rows(out)}
     runner = policy_session(session, policy)
-    settings, answering = runner.read_settings(**overrides), runner.answer_settings(max_new_tokens=32)
+    settings, answering = runner.read_settings(**overrides), runner.answer_settings(max_new_tokens=32, **answer)
     for index, document in enumerate(dev_documents(paragraphs, length)):
         if (length, policy, index) in done:
             continue
@@ -71,7 +73,8 @@ def run(session: Session, length: int, policy: str, paragraphs: list[str], out: 
                          "kind": fact.kind, "depth": round(depth, 3), "question": fact.question,
                          "expected": fact.answer, "answer": result.answer,
                          "correct": documents.answered(result.answer, fact.answer),
-                         "settings": {k: getattr(settings, k) for k in ("budget", "chunk_size", "stabilizers")},
+                         "settings": asdict(settings), "answering": asdict(answering),
+                         "reread": None if result.reread is None else [w.to_json() for w in result.reread],
                          "read_s": result.read_s, "time_to_first_token_s": result.time_to_first_token_s,
                          "decode_tokens_per_s": result.decode_tokens_per_s,
                          "memory_peak_bytes": result.memory_peak_bytes})
@@ -116,7 +119,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     parser.add_argument("--runs", default="", help="comma-separated LENGTH:POLICY pairs")
     parser.add_argument("--model", default="smollm2")
-    parser.add_argument("--budget", type=int)
+    for setting in ("budget", "chunk-size", "stabilizers", "score-pool", "span"):
+        parser.add_argument(f"--{setting}", type=int, help="a read setting other than the model's recorded one")
+    for setting in ("reread", "reread-tokens", "stop-repeats"):
+        parser.add_argument(f"--{setting}", type=int, help="an answer setting other than the model's recorded one")
+    parser.add_argument("--locate", choices=("attention", "words", "both"), help="what names the re-read windows")
     parser.add_argument("--report", action="store_true")
     parser.add_argument("--write", metavar="LENGTH:INDEX:PATH", help="write one dev document and its questions")
     args = parser.parse_args()
@@ -130,10 +137,13 @@ def main() -> None:
     if args.runs:
         paragraphs = prose.paragraphs(prose.DEV_PACKAGES, args.prose_packages)
         session = load_session(args.model, device="cpu", dtype="bf16")
-        overrides = {"budget": args.budget} if args.budget else {}
+        overrides = {name: getattr(args, name) for name in ("budget", "chunk_size", "stabilizers", "score_pool", "span")
+                     if getattr(args, name) is not None}
         for pair in args.runs.split(","):
             length, policy = pair.split(":")
-            run(session, int(length), policy, paragraphs, args.out, overrides)
+            answer = {name: getattr(args, name) for name in ("reread", "reread_tokens", "stop_repeats", "locate")
+                      if getattr(args, name) is not None}
+            run(session, int(length), policy, paragraphs, args.out, overrides, answer)
     if args.report:
         print(report(read_rows(args.out)))
 

@@ -15,11 +15,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import torch
+
+from locret_cli.api.reread import Window, reread
 from locret_cli.core.citations import AttentionTally, kept_per_unit
 from locret_cli.core.engine import Engine
 from locret_cli.core.measure import full_cache_bytes, peak_memory
 from locret_cli.core.settings import AnswerSettings, ReadSettings
 from locret_cli.core.sources import Source, SourceMap
+from locret_cli.errors import SettingError
 from locret_cli.inputs.prompt import conversation_ids
 from locret_cli.inputs.questions import check_question
 from locret_cli.models.loading import QuestionForms
@@ -74,6 +78,7 @@ class AskResult:
     total_s: float  # read_s + answer_s
     warnings: list[str] = field(default_factory=list)
     compute: str = ""  # the dtype and why, and whether linears were packed
+    reread: list[Window] | None = None  # the windows read again for this answer (`api/reread.py`), if any
 
     def to_json(self) -> dict:
         return {
@@ -87,6 +92,7 @@ class AskResult:
             "chunk_size": self.settings.chunk_size,
             "stabilizers": self.settings.stabilizers,
             "score_pool": self.settings.score_pool,
+            "span": self.settings.span,
             "positions": self.settings.positions,
             "policy": self.policy,
             "kv_cache": {
@@ -105,6 +111,7 @@ class AskResult:
                 "total_s": self.total_s,
                 "compute": self.compute,
             },
+            "reread": None if self.reread is None else [w.to_json() for w in self.reread],
             "warnings": self.warnings,
         }
 
@@ -125,6 +132,7 @@ class Reading:
     warnings: list[str] = field(default_factory=list)
     compute: str = ""  # how the model computes (`Session.pack_weights`)
     forms: QuestionForms | None = None  # the question forms a model was trained on, and its "not stated" reply
+    input_ids: torch.Tensor | None = None  # (tokens,) every token read, prompt head first: what re-reading reads
 
     def question_warnings(self, question: str) -> list[str]:
         """Warnings about `question` itself: a question the model was not trained to answer (embedded model)."""
@@ -155,24 +163,35 @@ class Reading:
         that the document does not say (`not_stated`) cites none."""
         check_question(question)
         question_ids = conversation_ids(self.tokenizer, history, question)
-        engine = self.engine.fork(answering)
-        tally = AttentionTally(len(engine.cache.layers), self.engine.kept_tokens) if sources > 0 else None
-        generation = engine.answer(question_ids, on_token=on_token, tally=tally)
+        engine, second = self.engine.fork(answering), None
+        if engine.answering.reread:
+            if self.input_ids is None:
+                raise SettingError("{reread} needs the document's tokens, which this context was saved without: "
+                                   "read the document again")
+            second = reread(self.engine, self.tokenizer, self.input_ids, self.source_map, question, question_ids,
+                            engine.answering, sources, on_token)
+        if second is not None:
+            generation, engine, cited, windows = second.generation, second.engine, second.sources, second.windows
+            generation.time_to_first_token_s += second.extra_s
+        else:
+            tally = AttentionTally(len(engine.cache.layers), self.engine.kept_tokens) if sources > 0 else None
+            generation = engine.answer(question_ids, on_token=on_token, tally=tally)
+            cited = tally.sources(self.engine.cache, engine.cache, self.source_map, sources) if tally else None
+            windows = None
         answer_s = generation.time_to_first_token_s + generation.decode_s
         model = engine.model
         memory, memory_device = peak_memory(model.device)
         read_tokens = 0 if self.loaded_from else self.engine.document_tokens
         all_tokens = self.engine.document_tokens + len(question_ids) + len(generation.token_ids)
         answer = self.tokenizer.decode(generation.token_ids, skip_special_tokens=True).strip()
-        if tally and self.forms and self.forms.says_not_stated(answer):
-            tally = None
+        if self.forms and self.forms.says_not_stated(answer):
+            cited = None
         return AskResult(
             question=question,
             answer=answer,
-            sources=(tally.sources(self.engine.cache, engine.cache, self.source_map, sources) if tally
-                     else [] if sources > 0 else None),
+            sources=cited if cited is not None else [] if sources > 0 else None,
             model=self.model_name,
-            policy=engine.policy.name,
+            policy=self.engine.policy.name,
             settings=self.settings,
             answering=engine.answering,
             document=self.document,
@@ -193,6 +212,7 @@ class Reading:
             total_s=self.read_s + answer_s,
             warnings=list(self.warnings) + self.question_warnings(question),
             compute=self.compute,
+            reread=windows,
         )
 
     def kept_map(self) -> tuple[list[str], list[float]]:

@@ -35,6 +35,7 @@ FORMAT, VERSION = "locret-context", 1
 SUFFIX = ".locret"
 LAYER_TENSORS = FIELDS  # what each layer saves; unrotated keys are turned back again if the loaded keys ever move
 UNIT_TENSORS = ("starts", "first", "last")
+INPUT_IDS = "document.ids"  # every token read, for re-reading windows of it; files written before it lack it
 
 
 @dataclass
@@ -67,6 +68,8 @@ def save_reading(reading: Reading, path: str | Path, heads=None, force: bool = F
     tensors["frequencies"] = engine.cache.frequencies.contiguous().cpu()
     for name in UNIT_TENSORS:
         tensors[f"units.{name}"] = torch.tensor(getattr(reading.source_map, name), dtype=torch.int64)
+    if reading.input_ids is not None:
+        tensors[INPUT_IDS] = reading.input_ids.to(torch.int32).contiguous().cpu()
     header = {
         "format": FORMAT, "version": VERSION, "locret": __version__,
         "model": {"name": reading.model_name, **model_identity(engine.model)},
@@ -138,7 +141,8 @@ def load_reading(path: str | Path, model, tokenizer, model_name: str, heads=None
     except (KeyError, RuntimeError, ValueError) as exc:
         raise LocretError(f"{path} is not a readable .locret file (missing or misshapen tensors: {exc})") from None
     return Reading(engine, tokenizer, model_name, list(header["prefix_ids"]), source_map,
-                   DocumentInfo(**header["document"]), time.perf_counter() - started, loaded_from=str(path))
+                   DocumentInfo(**header["document"]), time.perf_counter() - started, loaded_from=str(path),
+                   input_ids=tensors.get(INPUT_IDS))
 
 
 def restore_cache(engine: Engine, tensors: dict[str, torch.Tensor], header: dict) -> None:

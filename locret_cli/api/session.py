@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from typing import BinaryIO
+
+import torch
 
 from locret_cli.api.reading import SOURCES_SHOWN, AskResult, DocumentInfo, Reading
 from locret_cli.core.engine import QUESTION_ALLOWANCE, Engine, Progress
@@ -13,7 +15,7 @@ from locret_cli.core.measure import check_fits, human_bytes, plan_memory, reset_
 from locret_cli.core.policies import Policy, make_policy
 from locret_cli.core.rope import changes_with_length, rotary_module
 from locret_cli.core.settings import AnswerSettings, ReadSettings, names
-from locret_cli.core.sources import SourceMap
+from locret_cli.core.sources import SourceMap, TokenChunk
 from locret_cli.errors import SettingError
 from locret_cli.inputs.documents import Document, open_document, token_chunks
 from locret_cli.inputs.prompt import prompt_layout, stop_token_ids
@@ -97,12 +99,15 @@ class Session:
         source_map = SourceMap("page" if document.kind == "pdf" else "lines")
         reset_peak(model.device)
         started = engine.clock()
-        engine.read(token_chunks(document, tokenizer, settings.chunk_size, prefix, source_map), on_progress)
+        read_ids: list[torch.Tensor] = []
+        engine.read(kept_ids(token_chunks(document, tokenizer, settings.chunk_size, prefix, source_map), read_ids),
+                    on_progress)
         read_s = engine.clock() - started
         info = DocumentInfo(document.name, document.kind, engine.document_tokens - len(prefix), document.pages,
                             document.sha256, document.size_bytes, read_s)
         return Reading(engine, tokenizer, self.loaded.name, prefix, source_map, info, read_s,
-                       warnings=warnings + document.warnings, compute=compute, forms=self.loaded.forms)
+                       warnings=warnings + document.warnings, compute=compute, forms=self.loaded.forms,
+                       input_ids=torch.cat(read_ids) if read_ids else torch.zeros(0, dtype=torch.int32))
 
     def ask(self, source: str | Document, question: str, settings: ReadSettings | None = None,
             answering: AnswerSettings | None = None, sources: int = SOURCES_SHOWN, **read_options) -> AskResult:
@@ -142,6 +147,13 @@ class Session:
             rotary_module(self.loaded.model))
         plan = plan_memory(self.loaded.model, entries, settings.chunk_size, hidden, keys_move)
         check_fits(plan, "budget" if policy.evicts else None)
+
+
+def kept_ids(chunks: Iterable[TokenChunk], into: list[torch.Tensor]) -> Iterator[TokenChunk]:
+    """`chunks`, passed on, each one's ids also appended to `into` as an int32 tensor (a 128K-token book: 512 KiB)."""
+    for chunk in chunks:
+        into.append(torch.tensor(chunk.ids, dtype=torch.int32))
+        yield chunk
 
 
 def load_session(model: str | ModelSpec | None = None, heads: str | None = None, policy: str = "locret",

@@ -23,10 +23,13 @@ from locret_cli.models.spec import ModelSpec
 def read(
     source: Annotated[str, typer.Argument(help="A .pdf or text file, or - to read stdin.")],
     output: Annotated[str, typer.Option("-o", "--output", help="Where to save the read context; must end in .locret.")],
-    model: options.Model = None, heads: options.Heads = None, policy: options.PolicyName = None, budget: options.Budget = None,
+    model: options.Model = None, heads: options.Heads = None, policy: options.PolicyName = None,
+    budget: options.Budget = None,
     chunk_size: options.ChunkSize = None, stabilizers: options.Stabilizers = None, positions: options.Positions = None,
-    score_pool: options.ScorePool = None, device: options.Device = "auto", dtype: options.Dtype = "auto", load_4bit: options.Load4bit = False,
-    trust_remote_code: options.TrustRemoteCode = False, encoding: options.Encoding = None, kept_map: options.KeptMap = None,
+    score_pool: options.ScorePool = None, span: options.Span = None, device: options.Device = "auto",
+    dtype: options.Dtype = "auto", load_4bit: options.Load4bit = False,
+    trust_remote_code: options.TrustRemoteCode = False, encoding: options.Encoding = None,
+    kept_map: options.KeptMap = None,
     force: Annotated[bool, typer.Option("--force", help="Replace OUTPUT if it exists, and run even when the estimated memory need exceeds what is free.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout and nothing else.")] = False,
     quiet: options.Quiet = False,
@@ -41,7 +44,7 @@ def read(
     if kept_map:
         check_output(kept_map, force, ".png")
     spec = ModelSpec(model, heads, policy, device, dtype, load_4bit, trust_remote_code)
-    read_settings = options.read_given(budget, chunk_size, stabilizers, positions, score_pool)
+    read_settings = options.read_given(budget, chunk_size, stabilizers, positions, score_pool, span)
     session, reading, _ = options.open_reading(source, spec, read_settings, {}, err, quiet, encoding, force)
     for message in reading.warnings:
         err.print(f"[yellow]warning:[/] {message}")
@@ -63,9 +66,12 @@ def ask(
     question: Annotated[Optional[str], typer.Argument(help="The question to answer from the document.")] = None,
     questions: Annotated[Optional[list[str]], typer.Option("-Q", "--question", help="A question; repeat for several, all answered from one read.")] = None,
     questions_file: Annotated[Optional[str], typer.Option("--questions", help="A file of questions: one per line, or JSONL with a \"question\" key.")] = None,
-    model: options.Model = None, heads: options.Heads = None, policy: options.PolicyName = None, budget: options.Budget = None,
+    model: options.Model = None, heads: options.Heads = None, policy: options.PolicyName = None,
+    budget: options.Budget = None,
     chunk_size: options.ChunkSize = None, stabilizers: options.Stabilizers = None, positions: options.Positions = None,
-    score_pool: options.ScorePool = None, max_new_tokens: options.MaxNewTokens = None, temperature: options.Temperature = 0.0,
+    score_pool: options.ScorePool = None, span: options.Span = None, max_new_tokens: options.MaxNewTokens = None,
+    stop_repeats: options.StopRepeats = None, reread: options.Reread = None,
+    reread_tokens: options.RereadTokens = None, locate: options.Locate = None, temperature: options.Temperature = 0.0,
     top_p: options.TopP = 1.0, seed: options.Seed = 0, device: options.Device = "auto", dtype: options.Dtype = "auto",
     load_4bit: options.Load4bit = False, trust_remote_code: options.TrustRemoteCode = False, encoding: options.Encoding = None,
     force: options.Force = False, kept_map: options.KeptMap = None,
@@ -93,8 +99,9 @@ def ask(
     if kept_map:
         check_output(kept_map, False, ".png")
     spec = ModelSpec(model, heads, policy, device, dtype, load_4bit, trust_remote_code)
-    read_settings = options.read_given(budget, chunk_size, stabilizers, positions, score_pool)
-    answer_settings = options.answer_given(max_new_tokens, temperature, top_p, seed)
+    read_settings = options.read_given(budget, chunk_size, stabilizers, positions, score_pool, span)
+    answer_settings = options.answer_given(max_new_tokens, temperature, top_p, seed, stop_repeats, reread,
+                                                     reread_tokens, locate)
     _, reading, answering = options.open_reading(source, spec, read_settings, answer_settings, err, quiet, encoding,
                                                  force)
     for message in reading.warnings:
@@ -119,8 +126,8 @@ def ask(
     if len(results) == 1:
         result = results[0]
         out.print(result.answer, markup=False)
-        if result.sources and not quiet:
-            out.print(sources_line(result.sources), style="dim", markup=False)
+        if (result.sources or result.reread) and not quiet:
+            out.print(sources_line(result.sources, result.reread), style="dim", markup=False)
         if not result.answer and not quiet:
             err.print("[yellow]warning:[/] the model gave an empty answer (it stopped at once)")
         if not quiet:

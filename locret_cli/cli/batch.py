@@ -29,9 +29,12 @@ def batch(
     save_contexts: Annotated[Optional[str], typer.Option("--save-contexts", help="Keep each document's read cache as DIR/<name>-<hash>.locret; a rerun loads it instead of reading again.")] = None,
     sort: Annotated[bool, typer.Option("--sort", help="When done, rewrite --out in input order (rows are written in completion order).")] = False,
     retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Ask again the questions whose rows in --out are errors (those rows are removed).")] = False,
-    model: options.Model = None, heads: options.Heads = None, policy: options.PolicyName = None, budget: options.Budget = None,
+    model: options.Model = None, heads: options.Heads = None, policy: options.PolicyName = None,
+    budget: options.Budget = None,
     chunk_size: options.ChunkSize = None, stabilizers: options.Stabilizers = None, positions: options.Positions = None,
-    score_pool: options.ScorePool = None, max_new_tokens: options.MaxNewTokens = None, temperature: options.Temperature = 0.0,
+    score_pool: options.ScorePool = None, span: options.Span = None, max_new_tokens: options.MaxNewTokens = None,
+    stop_repeats: options.StopRepeats = None, reread: options.Reread = None,
+    reread_tokens: options.RereadTokens = None, locate: options.Locate = None, temperature: options.Temperature = 0.0,
     top_p: options.TopP = 1.0, seed: options.Seed = 0, device: options.Device = "auto", dtype: options.Dtype = "auto",
     load_4bit: options.Load4bit = False, trust_remote_code: options.TrustRemoteCode = False,
     no_sources: Annotated[bool, typer.Option("--no-sources", help="Do not work out which pages each answer drew on.")] = False,
@@ -52,8 +55,9 @@ def batch(
     if save_contexts and not Path(save_contexts).is_dir():
         raise LocretError(f"--save-contexts {save_contexts} is not a directory")
     jobs = expand_inputs(inputs, questions_file, exclude=(out,))
-    given = options.read_given(budget, chunk_size, stabilizers, positions, score_pool)
-    given.update(options.answer_given(max_new_tokens, temperature, top_p, seed))
+    given = options.read_given(budget, chunk_size, stabilizers, positions, score_pool, span)
+    given.update(options.answer_given(max_new_tokens, temperature, top_p, seed, stop_repeats, reread,
+                                                     reread_tokens, locate))
     local_workers = workers or (None if ray else default_workers(device))
     model_spec = ModelSpec(model, heads, policy or "locret", device, dtype, load_4bit, trust_remote_code)
     spec = WorkerSpec(model_spec, given, not no_sources,

@@ -7,8 +7,9 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
-from locret_cli.cli import app, domain_errors, options
+from locret_cli.cli import app, domain_errors, options, render
 from locret_cli.errors import LocretError
 from locret_cli.models.library_logs import quiet_libraries
 from locret_cli.models.spec import ModelSpec
@@ -23,9 +24,12 @@ HELP = ("Ask anything about the document. /sources lists what the last answer dr
 def chat(
     source: Annotated[str, typer.Argument(help="A .pdf or text file, or a context saved by `locret read` (.locret).")],
     history_tokens: Annotated[Optional[int], typer.Option(help="Tokens of earlier turns kept with each question; the oldest go first. Default 1024, or the model's recorded default (the embedded model: 0, it was trained on single questions).")] = None,
-    model: options.Model = None, heads: options.Heads = None, policy: options.PolicyName = None, budget: options.Budget = None,
+    model: options.Model = None, heads: options.Heads = None, policy: options.PolicyName = None,
+    budget: options.Budget = None,
     chunk_size: options.ChunkSize = None, stabilizers: options.Stabilizers = None, positions: options.Positions = None,
-    score_pool: options.ScorePool = None, max_new_tokens: options.MaxNewTokens = None, temperature: options.Temperature = 0.0,
+    score_pool: options.ScorePool = None, span: options.Span = None, max_new_tokens: options.MaxNewTokens = None,
+    stop_repeats: options.StopRepeats = None, reread: options.Reread = None,
+    reread_tokens: options.RereadTokens = None, locate: options.Locate = None, temperature: options.Temperature = 0.0,
     top_p: options.TopP = 1.0, seed: options.Seed = 0, device: options.Device = "auto", dtype: options.Dtype = "auto",
     load_4bit: options.Load4bit = False, trust_remote_code: options.TrustRemoteCode = False, encoding: options.Encoding = None,
     force: options.Force = False,
@@ -43,8 +47,9 @@ def chat(
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     out = Console(highlight=False, soft_wrap=True)
     spec = ModelSpec(model, heads, policy, device, dtype, load_4bit, trust_remote_code)
-    read_settings = options.read_given(budget, chunk_size, stabilizers, positions, score_pool)
-    answer_settings = options.answer_given(max_new_tokens, temperature, top_p, seed)
+    read_settings = options.read_given(budget, chunk_size, stabilizers, positions, score_pool, span)
+    answer_settings = options.answer_given(max_new_tokens, temperature, top_p, seed, stop_repeats, reread,
+                                                     reread_tokens, locate)
     session, reading, answering = options.open_reading(source, spec, read_settings, answer_settings, err, False,
                                                        encoding, force)
     if history_tokens is None:
@@ -82,15 +87,15 @@ def run_chat(conversation, read_line: Callable[[], str], out: Console, err: Cons
                 err.print(f"[yellow]warning:[/] {message}")
             answer_turn(conversation, line, out)
         except LocretError as exc:
-            err.print(f"[bold red]error:[/] {exc}")
+            err.print(f"[bold red]error:[/] {escape(render(exc))}")
             continue
         except KeyboardInterrupt:
             out.print()
             err.print("[yellow](answer stopped)[/]")
             continue
-        sources = conversation.results[-1].sources
-        if sources:
-            out.print(sources_line(sources[:SOURCES_SHOWN]), style="dim", markup=False)
+        last = conversation.results[-1]
+        if last.sources or last.reread:
+            out.print(sources_line((last.sources or [])[:SOURCES_SHOWN], last.reread), style="dim", markup=False)
 
 
 def answer_turn(conversation, question: str, out: Console) -> None:

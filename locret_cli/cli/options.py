@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from locret_cli.core.settings import POLICY_NAMES
+from locret_cli.core.settings import LOCATE_MODES, POLICY_NAMES
 from locret_cli.errors import LocretError, SettingError
 
 Model = Annotated[Optional[str], typer.Option(help="Hub id, local directory, .gguf file, or smollm2 (SmolLM2-135M-Instruct, with shipped heads). Default: the embedded model.")]
@@ -21,7 +21,12 @@ ChunkSize = Annotated[Optional[int], typer.Option(help="Tokens prefilled per ste
 Stabilizers = Annotated[Optional[int], typer.Option(help="Most recent entries always kept. Default 2500; clipped to budget/2 if it does not fit.")]
 Positions = Annotated[Optional[str], typer.Option(help="compact (default): renumber kept entries 0..n-1; original: keep true positions.")]
 ScorePool = Annotated[Optional[int], typer.Option(help="locret: each score becomes the best within this many neighbouring tokens (odd). Default 1, or the model's recorded default.")]
+Span = Annotated[Optional[int], typer.Option(help="Keep or drop entries in blocks of this many document tokens, each ranked by its best score, so that what is kept reads as text. Default 1 (each entry on its own), or the model's recorded default.")]
 MaxNewTokens = Annotated[Optional[int], typer.Option(help="Longest answer, in tokens. Default 256.")]
+StopRepeats = Annotated[Optional[int], typer.Option(help="Stop an answer that repeats a run of this many tokens or more right after itself, dropping the repeat. 0: off. Default 0, or the model's recorded default.")]
+Reread = Annotated[Optional[int], typer.Option(help="Answer in two passes: ask the bounded cache, then read again, whole, this many windows of the document where that answer looked, and answer from them. 0: off. Default 0, or the model's recorded default.")]
+RereadTokens = Annotated[Optional[int], typer.Option(help="Tokens per re-read window. Default 1024.")]
+Locate = Annotated[Optional[str], typer.Option(help=f"What names the re-read windows: {', '.join(LOCATE_MODES)} (the first answer's attention, the question's rarer words, or both). Default attention, or the model's recorded default.")]
 Temperature = Annotated[float, typer.Option(help="0 decodes greedily.")]
 TopP = Annotated[float, typer.Option(help="Nucleus sampling mass when temperature > 0.")]
 Seed = Annotated[int, typer.Option(help="Seed for sampling.")]
@@ -35,16 +40,17 @@ KeptMap = Annotated[Optional[str], typer.Option("--kept-map", help="Also draw th
 Quiet = Annotated[bool, typer.Option("-q", "--quiet", help="Print only the answer.")]
 
 
-def read_given(budget, chunk_size, stabilizers, positions, score_pool) -> dict:
+def read_given(budget, chunk_size, stabilizers, positions, score_pool, span) -> dict:
     """The read settings given on the command line (those left out take the model's recorded defaults)."""
     given = dict(budget=budget, chunk_size=chunk_size, stabilizers=stabilizers, positions=positions,
-                 score_pool=score_pool)
+                 score_pool=score_pool, span=span)
     return {k: v for k, v in given.items() if v is not None}
 
 
-def answer_given(max_new_tokens, temperature, top_p, seed) -> dict:
+def answer_given(max_new_tokens, temperature, top_p, seed, stop_repeats, reread, reread_tokens, locate) -> dict:
     """The answer settings given on the command line."""
-    given = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed)
+    given = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed,
+                 stop_repeats=stop_repeats, reread=reread, reread_tokens=reread_tokens, locate=locate)
     return {k: v for k, v in given.items() if v is not None}
 
 

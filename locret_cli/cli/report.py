@@ -27,7 +27,7 @@ def cost_table(result: AskResult) -> Table:
         ("model", result.model),
         ("compute", result.compute or "-"),
         ("document tokens / pages", f"{result.document.tokens:,} / {pages}"),
-        ("policy, positions", f"{result.policy}, {s.positions}"),
+        ("policy, positions", f"{result.policy}, {s.positions}" + (f", spans of {s.span}" if s.span > 1 else "")),
         ("budget / chunk / stabilizers", f"{s.budget:,} / {s.chunk_size:,} / {s.stabilizers:,}"),
         ("tokens kept in the cache (per head)", f"{result.cache_kept_tokens:,}"),
         ("KV cache peak tokens (per head)", f"{result.cache_peak_tokens:,}"),
@@ -51,9 +51,10 @@ def format_sources(sources: list[Source]) -> str:
     return ", ".join(f"{s.label()} ({s.weight:.2f})" for s in sources)
 
 
-def sources_line(sources: list[Source]) -> str:
-    """'sources: p. 37 (0.61), p. 112 (0.22)'."""
-    return "sources: " + format_sources(sources)
+def sources_line(sources: list[Source], reread=None) -> str:
+    """'sources: p. 37 (0.61), p. 112 (0.22)', and the windows read again, if any: '; re-read p. 36-37, p. 112'."""
+    line = "sources: " + (format_sources(sources) if sources else "-")
+    return line + ("; re-read " + ", ".join(w.label for w in reread) if reread else "")
 
 
 def answers_table(results: list[AskResult]) -> Table:

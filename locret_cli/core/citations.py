@@ -43,9 +43,10 @@ class AttentionTally:
         logits = logits.masked_fill(torch.arange(total, device=keys.device) >= seen[:, None], float("-inf"))
         return logits.softmax(dim=-1)[..., : self.entries].sum(dim=2)
 
-    def sources(self, reader: LocretCache, answerer: LocretCache, source_map: SourceMap, count: int) -> list[Source]:
-        """The `count` pages or line ranges that received the most attention, as shares of what the document
-        received. `reader` holds the document's entries; `answerer`, its fork, the keys the answer attended to."""
+    def origin_weights(self, reader: LocretCache, answerer: LocretCache) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each kept document entry's token index and the attention it received, over every layer and KV head:
+        two (n,) tensors. `reader` holds the document's entries; `answerer`, its fork, the keys the answer attended
+        to."""
         origins, weights = [], []
         for layer_idx, (read, answered) in enumerate(zip(reader.layers, answerer.layers)):
             received = self.received(layer_idx, answered.keys)
@@ -53,8 +54,16 @@ class AttentionTally:
                 origins.append(read.origins[..., : self.entries].flatten())
                 weights.append(received.flatten())
         if not origins:
+            return torch.zeros(0, dtype=torch.int64), torch.zeros(0)
+        return torch.cat(origins), torch.cat(weights)
+
+    def sources(self, reader: LocretCache, answerer: LocretCache, source_map: SourceMap, count: int) -> list[Source]:
+        """The `count` pages or line ranges that received the most attention, as shares of what the document
+        received (`origin_weights`)."""
+        origins, weights = self.origin_weights(reader, answerer)
+        if not len(origins):
             return []
-        return top_sources(source_map, units_weighted(source_map, torch.cat(origins), torch.cat(weights)), count)
+        return top_sources(source_map, units_weighted(source_map, origins, weights), count)
 
 
 def kept_per_unit(cache: LocretCache, source_map: SourceMap, entries: int) -> torch.Tensor:

@@ -151,7 +151,8 @@ class Engine:
             batch, heads = self.cache.layers[0].positions.shape[:2]
             renumbered = torch.arange(budget, device=self.device, dtype=torch.int32).expand(batch, heads, budget)
         for layer_idx, layer in enumerate(self.cache.layers):
-            keep = select(layer.scores, budget, self.settings.stabilizers, self.pinned)
+            keep = select(layer.scores, budget, self.settings.stabilizers, self.pinned, layer.origins,
+                          self.settings.span)
             self.cache.evict(layer_idx, keep, renumbered)
 
     @torch.no_grad()
@@ -205,13 +206,17 @@ class Engine:
             self.cache.switch_frequencies(frequencies)
 
     def decode(self, first: int, on_token: Callable[[int], None] | None = None) -> tuple[list[int], int]:
-        """Greedy (or sampled) decoding from `first` until a stop token or max_new_tokens; returns (tokens, steps)."""
+        """Greedy (or sampled) decoding from `first` until a stop token or max_new_tokens, or, with stop_repeats, until
+        the answer repeats a run of tokens right after itself (the repeat is dropped); returns (tokens, steps)."""
         tokens, steps, token = [], 0, first
         while token not in self.stop_ids:
             tokens.append(token)
             if on_token:
                 on_token(token)
             if len(tokens) >= self.answering.max_new_tokens:
+                break
+            if self.answering.stop_repeats and (period := repeated_run(tokens, self.answering.stop_repeats)):
+                del tokens[-period:]
                 break
             token = self.pick(self.forward([token], score=False))
             steps += 1
@@ -232,3 +237,12 @@ class Engine:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         return time.perf_counter()
+
+
+def repeated_run(tokens: list[int], shortest: int) -> int:
+    """The length of a run of at least `shortest` tokens that `tokens` ends with twice in a row ("A. A."), or 0."""
+    n = len(tokens)
+    for period in range(shortest, n // 2 + 1):
+        if tokens[n - period:] == tokens[n - 2 * period:n - period]:
+            return period
+    return 0

@@ -9,6 +9,7 @@ from dataclasses import dataclass, fields, replace
 from locret_cli.errors import SettingError
 
 POSITION_MODES = ("compact", "original")
+LOCATE_MODES = ("attention", "words", "both")  # what names the windows `--reread` reads again
 POLICY_NAMES = ("locret", "streaming", "h2o", "snapkv", "random", "knorm", "full")  # `policies.make_policy` builds each
 
 
@@ -21,6 +22,7 @@ class ReadSettings:
     stabilizers: int = 2500
     positions: str = "compact"
     score_pool: int = 1  # locret: max-pool scores over this many neighbouring tokens (`LocretPolicy`)
+    span: int = 1  # entries kept or dropped in blocks of this many document tokens (`policies.select`); 1: singly
 
     def checked(self, warn: Callable[[str], None] = lambda _: None) -> "ReadSettings":
         """These settings made valid: bad values raise SettingError; stabilizers >= budget are clipped to
@@ -30,6 +32,8 @@ class ReadSettings:
                 raise SettingError(f"{{{name}}} must be positive, got {{value}}", value=getattr(self, name))
         if self.stabilizers < 0:
             raise SettingError("{stabilizers} must be zero or more, got {value}", value=self.stabilizers)
+        if self.span < 1:
+            raise SettingError("{span} must be positive, got {value}", value=self.span)
         if self.score_pool < 1 or self.score_pool % 2 == 0:
             raise SettingError("{score_pool} must be a positive odd number, got {value}", value=self.score_pool)
         if self.positions not in POSITION_MODES:
@@ -50,11 +54,21 @@ class AnswerSettings:
     temperature: float = 0.0
     top_p: float = 1.0
     seed: int = 0
+    stop_repeats: int = 0  # stop an answer that repeats a run of this many tokens or more right after itself; 0: off
+    reread: int = 0  # answer from this many windows of the document read again whole (`api/reread.py`); 0: off
+    reread_tokens: int = 1024  # tokens per re-read window
+    locate: str = "attention"  # what names the windows: the first answer's attention, the question's words, or both
 
     def checked(self) -> "AnswerSettings":
         """These settings, or SettingError for a bad value."""
         if self.max_new_tokens <= 0:
             raise SettingError("{max_new_tokens} must be positive, got {value}", value=self.max_new_tokens)
+        if self.reread < 0 or self.reread_tokens < 1:
+            raise SettingError("{reread} must be zero or more and {reread_tokens} positive")
+        if self.locate not in LOCATE_MODES:
+            raise SettingError("{locate} must be attention, words or both, got {value!r}", value=self.locate)
+        if self.stop_repeats < 0:
+            raise SettingError("{stop_repeats} must be zero or more, got {value}", value=self.stop_repeats)
         if self.temperature < 0 or not 0 < self.top_p <= 1:
             raise SettingError("{temperature} must be >= 0 and {top_p} in (0, 1]")
         return self

@@ -36,16 +36,36 @@ class Policy:
         raise NotImplementedError
 
 
-def select(scores: torch.Tensor, budget: int, stabilizers: int, pinned: int = 0) -> torch.Tensor:
+def select(scores: torch.Tensor, budget: int, stabilizers: int, pinned: int = 0, origins: torch.Tensor | None = None,
+           span: int = 1) -> torch.Tensor:
     """Indices to keep: the first `pinned` entries (the prompt's head) and the last `stabilizers`, whatever their
     scores, then the best-scored, `budget` in all, per head.
 
-    scores: (B, kv_heads, n) with n > budget >= pinned + stabilizers. Returns (B, kv_heads, budget) int64,
-    ascending, so kept entries stay in their original order and the pinned ones stay at 0..pinned-1.
+    With `span` > 1, entries are kept or dropped by span: the document's tokens cut into blocks of `span` by their
+    `origins` (token index), each entry ranked by the best score in its block, so whole blocks are kept, best first,
+    and only the last one taken may be cut (its earliest entries kept). A small model reads runs of text better than
+    scattered tokens.
+
+    scores: (B, kv_heads, n) with n > budget >= pinned + stabilizers; origins: (B, kv_heads, n) int, needed when
+    span > 1. Returns (B, kv_heads, budget) int64, ascending, so kept entries stay in their original order and the
+    pinned ones stay at 0..pinned-1.
     """
-    ranked = scores.clone()
+    ranked = span_scores(scores, origins, span) if span > 1 else scores.clone()
     ranked[..., :pinned] = float("inf")
     if stabilizers > 0:
         ranked[..., -stabilizers:] = float("inf")
-    keep = ranked.topk(budget, dim=-1, sorted=False).indices
+    if span > 1:  # ties (a block's entries) keep their order, so a cut block keeps its start
+        keep = ranked.sort(dim=-1, descending=True, stable=True).indices[..., :budget]
+    else:
+        keep = ranked.topk(budget, dim=-1, sorted=False).indices
     return keep.sort(dim=-1).values
+
+
+def span_scores(scores: torch.Tensor, origins: torch.Tensor, span: int) -> torch.Tensor:
+    """Each entry's block's best score: blocks are origins // span. scores, origins: (B, kv_heads, n); returns
+    (B, kv_heads, n) float32."""
+    block = torch.div(origins.long(), span, rounding_mode="floor")
+    block = block - block.min(dim=-1, keepdim=True).values
+    best = torch.full((*scores.shape[:-1], int(block.max()) + 1), float("-inf"), device=scores.device)
+    best = best.scatter_reduce(-1, block, scores.float(), "amax")
+    return best.gather(-1, block)

@@ -1,0 +1,120 @@
+"""Locate, then re-read: a small model answers from a few windows of the original text read with a full cache.
+
+A bounded cache keeps scattered high-scoring entries, which a small model reads badly. So an answer can come in two
+passes: the first asks the bounded cache, and the attention its first tokens pay to the kept entries (as citations
+measure it) names where in the document it looked; the second reads the `reread` windows of `reread_tokens`
+tokens around those places again, whole, with a full cache, and answers from them. Memory stays bounded by the
+budget plus the windows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+
+from locret_cli.core.citations import AttentionTally
+from locret_cli.core.engine import Engine, Generation
+from locret_cli.core.policies.full import FullPolicy
+from locret_cli.core.settings import AnswerSettings, ReadSettings
+from locret_cli.core.sources import Source, SourceMap, TokenChunk, top_sources
+from locret_cli.core.windows import attention_per_token, best_windows, question_words_per_token
+from locret_cli.inputs.tokenizer import encode_text
+
+PROBE_TOKENS = 16  # the first pass's answer is cut here: its attention is what locates
+SEPARATOR = "\n\n[...]\n\n"  # between windows, where text was left out
+
+
+@dataclass
+class Window:
+    """A stretch of the document read again: token indices [first, end) of the input, and its pages or lines."""
+
+    first: int
+    end: int
+    label: str
+
+    def to_json(self) -> dict:
+        return {"first_token": self.first, "end_token": self.end, "label": self.label}
+
+
+@dataclass
+class Reread:
+    """The second pass: its generation, the windows it read, the sources (the pages or lines inside the windows where
+    the locating signal was strongest), and its engine."""
+
+    generation: Generation
+    windows: list[Window]
+    sources: list[Source] | None
+    engine: Engine
+    extra_s: float  # before the second pass's question: locating (a probe answer, if any) and reading the windows
+
+
+def locate(reader: Engine, input_ids: torch.Tensor, pinned: int, question_ids: list[int], words: list[int],
+           answering: AnswerSettings) -> tuple[list[tuple[int, int]], torch.Tensor, float]:
+    """The windows of the input to read again for `question_ids` (the question in its chat layout), the signal per
+    token index that named them, and how long finding them took. `locate` "attention": where a probe answer on a fork of `reader` looked among the kept
+    entries; "words": where the question's rarer tokens (`words`, the question's text alone) occur in the whole
+    input; "both": the two, each as shares of its own total, added."""
+    signals, probe_s = [], 0.0
+    if answering.locate in ("attention", "both"):
+        probe = reader.fork(replace(answering, max_new_tokens=min(PROBE_TOKENS, answering.max_new_tokens)))
+        tally = AttentionTally(len(probe.cache.layers), reader.kept_tokens)
+        generation = probe.answer(question_ids, tally=tally)
+        origins, weights = tally.origin_weights(reader.cache, probe.cache)
+        signals.append(attention_per_token(origins, weights, len(input_ids), pinned))
+        probe_s = generation.time_to_first_token_s + generation.decode_s
+    if answering.locate in ("words", "both"):
+        signals.append(question_words_per_token(input_ids, words, pinned))
+    per_token = sum(signal / signal.sum() for signal in signals if signal.sum() > 0)
+    if not isinstance(per_token, torch.Tensor):
+        return [], torch.zeros(len(input_ids), dtype=torch.float64), probe_s
+    return best_windows(per_token, answering.reread, answering.reread_tokens, pinned), per_token, probe_s
+
+
+def reread(reader: Engine, tokenizer, input_ids: torch.Tensor, source_map: SourceMap, question: str,
+           question_ids: list[int], answering: AnswerSettings, sources: int, on_token=None) -> Reread | None:
+    """Answer `question_ids` from the windows `locate` names, read whole after the prompt's head; None when nothing
+    names a window (then the bounded cache answers)."""
+    pinned = reader.pinned
+    spans, signal, locate_s = locate(reader, input_ids, pinned, question_ids, encode_text(tokenizer, question),
+                                     answering)
+    if not spans:
+        return None
+    separator = encode_text(tokenizer, SEPARATOR)
+    ids = input_ids[:pinned].tolist()
+    for first, end in spans:
+        ids += separator + input_ids[first:end].tolist()
+    ids += separator
+    settings = ReadSettings(budget=len(ids), chunk_size=reader.settings.chunk_size, stabilizers=0,
+                            positions="original")
+    engine = Engine(reader.model, FullPolicy(), settings, reader.stop_ids, pinned, answering)
+    size, started = settings.chunk_size, engine.clock()
+    engine.read(TokenChunk(ids[i:i + size], None, None, 0) for i in range(0, len(ids), size))
+    extra_s = locate_s + engine.clock() - started
+    generation = engine.answer(question_ids, on_token=on_token)
+    windows = [Window(first, end, window_label(source_map, first, end)) for first, end in spans]
+    cited = None
+    if sources > 0:  # in a window read whole, the answer's attention goes to the window's first lines as to sinks
+        inside = torch.zeros(len(signal), dtype=torch.bool)
+        for first, end in spans:
+            inside[first:end] = True
+        cited = top_sources(source_map, best_token_per_unit(source_map, signal * inside), sources)
+    return Reread(generation, windows, cited, engine, extra_s)
+
+
+def best_token_per_unit(source_map: SourceMap, per_token: torch.Tensor) -> torch.Tensor:
+    """(units,) float64: the highest `per_token` value among each unit's tokens, so a long paragraph does not
+    outweigh the short line that holds what was looked for."""
+    units = source_map.unit_of(torch.arange(len(per_token)))
+    inside = (units >= 0) & (units < len(source_map))
+    best = torch.zeros(len(source_map), dtype=torch.float64)
+    return best.scatter_reduce(0, units[inside], per_token[inside], "amax")
+
+
+def window_label(source_map: SourceMap, first: int, end: int) -> str:
+    """The pages or lines a window of token indices covers: "p. 9-10", "lines 120-160"."""
+    units = source_map.unit_of(torch.tensor([first, end - 1])).clamp(min=0).tolist()
+    low, high = source_map.source(units[0], 0.0), source_map.source(units[1], 0.0)
+    if low.page is not None:
+        return f"p. {low.page}" if low.page == high.page else f"p. {low.page}-{high.page}"
+    return f"lines {low.first_line}-{high.last_line}"
