@@ -17,7 +17,7 @@ from locret_cli.core.citations import AttentionTally
 from locret_cli.core.engine import Engine, Generation
 from locret_cli.core.policies.full import FullPolicy
 from locret_cli.core.settings import AnswerSettings, ReadSettings
-from locret_cli.core.sources import Source, SourceMap, TokenChunk, top_sources
+from locret_cli.core.sources import Source, SourceMap, TokenChunk, top_sources, units_best
 from locret_cli.core.windows import attention_per_token, best_windows, question_words_per_token
 from locret_cli.inputs.tokenizer import encode_text
 
@@ -98,17 +98,8 @@ def reread(reader: Engine, tokenizer, input_ids: torch.Tensor, source_map: Sourc
         inside = torch.zeros(len(signal), dtype=torch.bool)
         for first, end in spans:
             inside[first:end] = True
-        cited = top_sources(source_map, best_token_per_unit(source_map, signal * inside), sources)
+        cited = top_sources(source_map, units_best(source_map, signal * inside), sources)
     return Reread(generation, windows, cited, engine, extra_s)
-
-
-def best_token_per_unit(source_map: SourceMap, per_token: torch.Tensor) -> torch.Tensor:
-    """(units,) float64: the highest `per_token` value among each unit's tokens, so a long paragraph does not
-    outweigh the short line that holds what was looked for."""
-    units = source_map.unit_of(torch.arange(len(per_token)))
-    inside = (units >= 0) & (units < len(source_map))
-    best = torch.zeros(len(source_map), dtype=torch.float64)
-    return best.scatter_reduce(0, units[inside], per_token[inside], "amax")
 
 
 def window_label(source_map: SourceMap, first: int, end: int) -> str:

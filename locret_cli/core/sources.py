@@ -108,6 +108,15 @@ def units_weighted(source_map: SourceMap, origins: torch.Tensor, weights: torch.
     return totals.index_add_(0, units[inside], weights.flatten()[inside].to(torch.float64)).cpu()
 
 
+def units_best(source_map: SourceMap, per_token: torch.Tensor) -> torch.Tensor:
+    """The highest of `per_token` (tokens,) among each unit's tokens: (units,) float64. Unlike `units_weighted`'s
+    sum, a long paragraph does not outweigh the short line that holds what was looked for."""
+    units = source_map.unit_of(torch.arange(len(per_token)))
+    inside = (units >= 0) & (units < len(source_map))
+    best = torch.zeros(len(source_map), dtype=torch.float64)
+    return best.scatter_reduce(0, units[inside], per_token[inside].to(torch.float64), "amax")
+
+
 def top_sources(source_map: SourceMap, unit_weights: torch.Tensor, count: int) -> list[Source]:
     """The `count` units with most weight, as shares of the weight on the whole document, best first."""
     total = float(unit_weights.sum())
