@@ -172,10 +172,24 @@ def test_a_batch_answers_good_documents_and_turns_bad_ones_into_error_rows(worke
         assert answers[(f"good{i}.txt", QUESTIONS[1])] == f"The pass key is {key}."
     good = [row for row in rows if not row["error"]]
     assert all(row["sources"] and row["run"] == worker.spec.run() and row["settings"]["budget"] for row in good)
+    assert [row["grounding"]["status"] for row in good] == ["found"] * 4 and summary.ungrounded == 0
     assert summary.tokens_read == sum({row["source"]: row["tokens"] for row in good}.values()) > 0
     with AnswerLog.open(out, worker.spec.run()) as log:
         again = run_batch(jobs, log, InlinePool(worker))
     assert (again.documents, again.skipped) == (0, 14) and len(out.read_text().splitlines()) == 14
+
+
+def test_an_answer_the_document_does_not_hold_is_withheld_and_counted(worker, tmp_path):
+    gate, _ = fact_document(tmp_path / "doc.txt", seed=3)
+    questions = tmp_path / "questions.txt"
+    questions.write_text(f"{QUESTIONS[0]}\nWhat is the gate code of the Ardent quarry?\n")
+    out = tmp_path / "out.jsonl"
+    with AnswerLog.open(out, worker.spec.run()) as log:
+        summary = run_batch(expand_inputs(str(tmp_path / "doc.txt"), str(questions)), log, InlinePool(worker))
+    known, absent = [json.loads(line) for line in out.read_text().splitlines()]
+    assert known["answer"] == f"The gate code of the north depot is {gate}." and known["grounding"]["withheld"] is None
+    assert absent["answer"] == "The document does not say." and absent["grounding"]["withheld"]
+    assert (summary.answered, summary.ungrounded) == (2, 1)
 
 
 def test_saved_contexts_are_written_once_and_loaded_on_the_next_run(tmp_path):

@@ -131,6 +131,19 @@ def test_bench_json_rows_for_each_policy_with_the_same_cache():
     assert rows["full"]["kv_peak_bytes"] > evicting.pop()
 
 
+def test_a_row_may_change_settings_and_finch_reads_with_the_questions():
+    result = bench("--policies", "locret,locret:span=8:reread=1,finch", *SMALL, "--json")
+    assert result.exit_code == 0, result.output
+    rows = {row["policy"]: row for row in json.loads(result.stdout)["rows"]}
+    assert list(rows) == ["locret", "locret:span=8:reread=1", "finch"]
+    assert (rows["locret"]["settings"]["span"], rows["locret"]["settings"]["reread"]) == (1, 0)
+    assert (rows["locret:span=8:reread=1"]["settings"]["span"], rows["locret:span=8:reread=1"]["settings"]["reread"]) \
+        == (8, 1)
+    # finch holds the question's entries too, for a moment after each chunk
+    assert rows["locret"]["kv_peak_bytes"] < rows["finch"]["kv_peak_bytes"] < 1.2 * rows["locret"]["kv_peak_bytes"]
+    assert rows["finch"]["accuracy"] is not None
+
+
 def test_full_is_skipped_with_the_memory_it_would_need():
     result = bench("--policies", "full", *SMALL, "--memory-limit", "0.000001", "--json")
     assert result.exit_code == 0, result.output
@@ -169,6 +182,8 @@ def test_plot_is_written_and_nothing_is_overwritten(tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["--policies", "locret,fifo"], "unknown policy fifo"),
+    (["--policies", "locret:spam=3"], "unknown setting(s): spam"),
+    (["--policies", "locret:span"], "'span' is not SETTING=VALUE"),
     (["--model", "x", "--arch", "smollm2-135m"], "--model or --arch"),
     (["--arch", "gpt-5"], "unknown shape preset"),
     (["--arch", "smollm2-135m", "--load-4bit"], "--load-4bit applies to --model"),

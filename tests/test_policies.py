@@ -79,9 +79,11 @@ def test_every_policy_holds_the_same_cache_size_at_every_step(positions):
         if name == "full":
             continue
         seen = []
-        engine = Engine(model, make_policy(name, model, heads), settings, stop_ids={1})
+        question = [5, 6, 7] if name == "finch" else None
+        engine = Engine(model, make_policy(name, model, heads), settings, stop_ids={1}, question_ids=question)
         engine.read(chunks_of(ids, 16), lambda p: seen.append(p.cache_tokens))
         sizes[name] = (seen, engine.cache.peak_tokens)
+    assert sizes.pop("finch") == ([16, 20, 20, 20, 20, 20], 36 + 3)  # the question's 3 entries, until dropped
     assert len(set(map(str, sizes.values()))) == 1, sizes
     assert sizes["locret"] == ([16, 20, 20, 20, 20, 20], 36)
 

@@ -12,7 +12,7 @@ there, so a long run resumes where it stopped.
     python -m benchmarks.smollm2.evaluate --prose-packages runs/prose-packages --write 128000:0:dev-128k.txt
 
 Policies: full, locret (the shipped heads), locret-untrained (fresh heads, seed 0: the control), streaming, snapkv,
-h2o. Settings are the ones recorded with the shipped heads, unless --budget etc. say otherwise.
+h2o, finch (one read steered by all of a document's questions) and finch-each (one read per question). Settings are the ones recorded with the shipped heads, unless --budget etc. say otherwise.
 """
 
 from __future__ import annotations
@@ -20,7 +20,9 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import statistics
 import tempfile
+import time
 from collections import defaultdict
 from dataclasses import asdict
 from pathlib import Path
@@ -52,37 +54,51 @@ def policy_session(session: Session, policy: str) -> Session:
         torch.manual_seed(0)
         heads = RetainingHeads.for_model(session.loaded.model, session.heads.hidden).eval()
         return Session(session.loaded, heads, "locret")
-    return Session(session.loaded, session.heads, policy)
+    return Session(session.loaded, session.heads, policy.removesuffix("-each"))
+
+
+def readings(runner: Session, path: str, settings, policy: str, questions: list[str]):
+    """(question, reading) pairs: one read for all of a document's questions (under finch, read with them all,
+    as `batch --questions` reads), or, for a "-each" policy, one read per question (as `ask FILE QUESTION`)."""
+    if policy.endswith("-each"):
+        for question in questions:
+            yield question, runner.read(path, settings, questions=[question])
+        return
+    reading = runner.read(path, settings, questions=questions)
+    for question in questions:
+        yield question, reading
 
 
 def run(session: Session, length: int, policy: str, paragraphs: list[str], out: Path, overrides: dict,
-        answer: dict) -> None:
+        answer: dict, documents_limit: int | None = None) -> None:
     done = {(r["length"], r["policy"], r["document"]) for r in read_rows(out)}
     runner = policy_session(session, policy)
     settings, answering = runner.read_settings(**overrides), runner.answer_settings(max_new_tokens=32, **answer)
-    for index, document in enumerate(dev_documents(paragraphs, length)):
+    for index, document in enumerate(dev_documents(paragraphs, length)[:documents_limit]):
         if (length, policy, index) in done:
             continue
         with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
             f.write(document.text)
-        reading = runner.read(f.name, settings)
-        rows = []
-        for fact, depth in zip(document.facts, document.depths):
-            result = reading.ask(fact.question, answering)
+        rows, read_s = [], 0.0
+        pairs = readings(runner, f.name, settings, policy, [fact.question for fact in document.facts])
+        for (question, reading), fact, depth in zip(pairs, document.facts, document.depths):
+            result = reading.ask(question, answering)
+            read_s = reading.read_s
             rows.append({"length": length, "policy": policy, "document": index, "tokens": result.document.tokens,
                          "kind": fact.kind, "depth": round(depth, 3), "question": fact.question,
                          "expected": fact.answer, "answer": result.answer,
                          "correct": documents.answered(result.answer, fact.answer),
                          "settings": asdict(settings), "answering": asdict(answering),
                          "reread": None if result.reread is None else [w.to_json() for w in result.reread],
+                         "read_for": list(result.read_for),
                          "read_s": result.read_s, "time_to_first_token_s": result.time_to_first_token_s,
                          "decode_tokens_per_s": result.decode_tokens_per_s,
-                         "memory_peak_bytes": result.memory_peak_bytes})
+                         "memory_peak_bytes": result.memory_peak_bytes, "finished_at": time.time()})
         Path(f.name).unlink()
         with out.open("a") as log:
             log.writelines(json.dumps(row) + "\n" for row in rows)
         right = sum(r["correct"] for r in rows)
-        print(f"{policy} {length} doc {index}: {right}/{len(rows)} in {reading.read_s:.0f} s read", flush=True)
+        print(f"{policy} {length} doc {index}: {right}/{len(rows)} in {read_s:.0f} s read", flush=True)
 
 
 def read_rows(path: Path) -> list[dict]:
@@ -110,6 +126,13 @@ def report(rows: list[dict]) -> str:
     for (policy, length), group in sorted(groups.items(), key=lambda item: (item[0][1], item[0][0])):
         bands = [percent([r for r in group if low <= r["depth"] < high]) for low, high, _ in DEPTH_BANDS]
         lines.append(f"| {policy} | {length:,} | " + " | ".join(bands) + " |")
+    lines += ["", "| policy | document tokens | read (median) | time to first token (median) | peak RSS (max) |",
+              "|---|---:|---:|---:|---:|"]
+    for (policy, length), group in sorted(groups.items(), key=lambda item: (item[0][1], item[0][0])):
+        reads = statistics.median(r["read_s"] for r in group)
+        first = statistics.median(r["time_to_first_token_s"] for r in group)
+        peak = max(r["memory_peak_bytes"] for r in group) / 2**30
+        lines.append(f"| {policy} | {length:,} | {reads:.0f} s | {first:.0f} s | {peak:.2f} GiB |")
     return "\n".join(lines)
 
 
@@ -124,6 +147,7 @@ def main() -> None:
     for setting in ("reread", "reread-tokens", "stop-repeats"):
         parser.add_argument(f"--{setting}", type=int, help="an answer setting other than the model's recorded one")
     parser.add_argument("--locate", choices=("attention", "words", "both"), help="what names the re-read windows")
+    parser.add_argument("--documents", type=int, help="only the first N documents of each length")
     parser.add_argument("--report", action="store_true")
     parser.add_argument("--write", metavar="LENGTH:INDEX:PATH", help="write one dev document and its questions")
     args = parser.parse_args()
@@ -143,7 +167,7 @@ def main() -> None:
             length, policy = pair.split(":")
             answer = {name: getattr(args, name) for name in ("reread", "reread_tokens", "stop_repeats", "locate")
                       if getattr(args, name) is not None}
-            run(session, int(length), policy, paragraphs, args.out, overrides, answer)
+            run(session, int(length), policy, paragraphs, args.out, overrides, answer, args.documents)
     if args.report:
         print(report(read_rows(args.out)))
 

@@ -6,8 +6,9 @@
         print(result.answer, [s.label() for s in result.sources])
 
 `Session.open` builds one: it reads the document (`Session.read`) or loads a `.locret` file
-(`saved_context.load_reading`) without reading the document again. Eviction never depends on the question, so every
-answer sees the same kept entries.
+(`saved_context.load_reading`) without reading the document again. Every answer sees the same kept entries. They
+depend on no question, unless the policy read the document for its questions (finch, `read_for`): such a cache
+serves those questions best and later ones worse.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from locret_cli.core.citations import AttentionTally, kept_per_unit
 from locret_cli.core.engine import Engine
 from locret_cli.core.measure import full_cache_bytes, peak_memory
 from locret_cli.core.settings import AnswerSettings, ReadSettings
-from locret_cli.core.sources import Source, SourceMap
+from locret_cli.core.sources import Source, SourceMap, answer_first
 from locret_cli.errors import SettingError
+from locret_cli.inputs.grounding import REFUSAL, DocumentText, Grounding, ground
 from locret_cli.inputs.prompt import conversation_ids
 from locret_cli.inputs.questions import check_question
 from locret_cli.models.loading import QuestionForms
@@ -79,6 +81,9 @@ class AskResult:
     warnings: list[str] = field(default_factory=list)
     compute: str = ""  # the dtype and why, and whether linears were packed
     reread: list[Window] | None = None  # the windows read again for this answer (`api/reread.py`), if any
+    read_for: tuple[str, ...] = ()  # the questions that steered the read; empty: a question-agnostic read
+    grounding: Grounding | None = None  # the answer's content checked against the document's text
+    withheld: str | None = None  # the model's answer, when `strict` replaced it with REFUSAL
 
     def to_json(self) -> dict:
         return {
@@ -95,6 +100,8 @@ class AskResult:
             "span": self.settings.span,
             "positions": self.settings.positions,
             "policy": self.policy,
+            "read_for": list(self.read_for),
+            "grounding": None if self.grounding is None else {**self.grounding.to_json(), "withheld": self.withheld},
             "kv_cache": {
                 "kept_tokens": self.cache_kept_tokens,
                 "peak_tokens": self.cache_peak_tokens,
@@ -133,6 +140,8 @@ class Reading:
     compute: str = ""  # how the model computes (`Session.pack_weights`)
     forms: QuestionForms | None = None  # the question forms a model was trained on, and its "not stated" reply
     input_ids: torch.Tensor | None = None  # (tokens,) every token read, prompt head first: what re-reading reads
+    read_for: tuple[str, ...] = ()  # the questions that steered the read (finch); empty: question-agnostic
+    _text: DocumentText | None = field(default=None, repr=False)  # `document_text()`, once built
 
     def question_warnings(self, question: str) -> list[str]:
         """Warnings about `question` itself: a question the model was not trained to answer (embedded model)."""
@@ -184,8 +193,15 @@ class Reading:
         read_tokens = 0 if self.loaded_from else self.engine.document_tokens
         all_tokens = self.engine.document_tokens + len(question_ids) + len(generation.token_ids)
         answer = self.tokenizer.decode(generation.token_ids, skip_special_tokens=True).strip()
-        if self.forms and self.forms.says_not_stated(answer):
+        cut = len(generation.token_ids) >= engine.answering.max_new_tokens
+        grounding = ground(question, answer, self.document_text(), cut) if self.input_ids is not None else None
+        withheld = None
+        if engine.answering.strict and self.untrusted(question, answer, grounding, cut):
+            answer, withheld = REFUSAL, answer
+        if answer == REFUSAL or (self.forms and self.forms.says_not_stated(answer)):
             cited = None
+        elif cited and grounding is not None:
+            cited = answer_first(cited, grounding.units(), self.source_map, sources)
         return AskResult(
             question=question,
             answer=answer,
@@ -213,7 +229,32 @@ class Reading:
             warnings=list(self.warnings) + self.question_warnings(question),
             compute=self.compute,
             reread=windows,
+            read_for=self.read_for,
+            grounding=grounding,
+            withheld=withheld,
         )
+
+    def untrusted(self, question: str, answer: str, grounding: Grounding | None, cut: bool) -> bool:
+        """Whether a strict answer must be withheld: its content is not in the document as written; or the model
+        cannot answer a question of this form (the embedded model's out-of-form questions); or a model that answers
+        only with a value (the embedded one) gave none ("The water ration of the old library is."), without the
+        token limit to blame."""
+        if grounding is not None and not grounding.grounded:
+            return True
+        if self.forms is None:
+            return False
+        no_value = grounding is not None and grounding.status == "n/a" and not cut and \
+            not self.forms.says_not_stated(answer)
+        return no_value or bool(self.question_warnings(question))
+
+    def document_text(self) -> DocumentText:
+        """The document's words page by page (or by line range), decoded from the tokens read; built once."""
+        if self._text is None:
+            ids, starts = self.input_ids.tolist(), self.source_map.starts
+            ends = starts[1:] + [len(ids)]
+            texts = [self.tokenizer.decode(ids[a:b], skip_special_tokens=True) for a, b in zip(starts, ends)]
+            self._text = DocumentText(texts, self.source_map.labels())
+        return self._text
 
     def kept_map(self) -> tuple[list[str], list[float]]:
         """Each page or line range of the document, and how many of its entries the cache kept (averaged over

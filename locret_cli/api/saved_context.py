@@ -85,6 +85,8 @@ def save_reading(reading: Reading, path: str | Path, heads=None, force: bool = F
         "units": reading.source_map.kind,
         "tensors_sha256": tensors_digest(tensors),
     }
+    if reading.read_for:  # a question-agnostic read writes the same header as before question-aware reads existed
+        header["read_for"] = list(reading.read_for)
     with replacing(path) as temporary:
         save_file(tensors, str(temporary), metadata={"locret": json.dumps(header)})
     size = path.stat().st_size
@@ -142,7 +144,7 @@ def load_reading(path: str | Path, model, tokenizer, model_name: str, heads=None
         raise LocretError(f"{path} is not a readable .locret file (missing or misshapen tensors: {exc})") from None
     return Reading(engine, tokenizer, model_name, list(header["prefix_ids"]), source_map,
                    DocumentInfo(**header["document"]), time.perf_counter() - started, loaded_from=str(path),
-                   input_ids=tensors.get(INPUT_IDS))
+                   input_ids=tensors.get(INPUT_IDS), read_for=tuple(header.get("read_for", ())))
 
 
 def restore_cache(engine: Engine, tensors: dict[str, torch.Tensor], header: dict) -> None:

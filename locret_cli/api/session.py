@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import BinaryIO
 
@@ -18,7 +18,7 @@ from locret_cli.core.settings import AnswerSettings, ReadSettings, names
 from locret_cli.core.sources import SourceMap, TokenChunk
 from locret_cli.errors import SettingError
 from locret_cli.inputs.documents import Document, open_document, token_chunks
-from locret_cli.inputs.prompt import prompt_layout, stop_token_ids
+from locret_cli.inputs.prompt import conversation_ids, prompt_layout, stop_token_ids
 from locret_cli.inputs.questions import check_question
 from locret_cli.models.loading import LoadedModel, load_model
 from locret_cli.models.packed_linear import pack_if_room
@@ -81,10 +81,15 @@ class Session:
         stdin: BinaryIO | None = None,
         force: bool = False,
         policy: Policy | None = None,
+        questions: Sequence[str] = (),
     ) -> Reading:
         """Read `source` (an opened Document, a path, or `-` for stdin) once into a bounded cache; ask the Reading
         as many questions as you like. Refuses (LocretError) a run estimated not to fit in free memory, unless
-        `force`. `policy` replaces the session's own (an evaluation's oracle, say)."""
+        `force`. `policy` replaces the session's own (an evaluation's oracle, say).
+
+        `questions` steer the read only under a policy that reads with them (finch): they are read together after
+        every chunk, and the Reading records them (`read_for`). Other policies ignore them, so the read stays
+        question-agnostic."""
         warnings: list[str] = []
         settings = (settings or self.read_settings()).checked(lambda w: warnings.append(str(w)))
         document = source if isinstance(source, Document) else open_document(source, encoding=encoding, stdin=stdin)
@@ -95,7 +100,12 @@ class Session:
         if not force:
             self.check_memory(policy, settings, document, QUESTION_ALLOWANCE + answering.max_new_tokens)
         compute = self.pack_weights()
-        engine = Engine(model, policy, settings, stop_token_ids(model, tokenizer), len(prefix), answering)
+        read_for = tuple(questions) if policy.reads_question else ()
+        for question in read_for:
+            check_question(question)
+        question_ids = conversation_ids(tokenizer, (), "\n".join(read_for)) if read_for else None
+        engine = Engine(model, policy, settings, stop_token_ids(model, tokenizer), len(prefix), answering,
+                        question_ids)
         source_map = SourceMap("page" if document.kind == "pdf" else "lines")
         reset_peak(model.device)
         started = engine.clock()
@@ -107,13 +117,16 @@ class Session:
                             document.sha256, document.size_bytes, read_s)
         return Reading(engine, tokenizer, self.loaded.name, prefix, source_map, info, read_s,
                        warnings=warnings + document.warnings, compute=compute, forms=self.loaded.forms,
-                       input_ids=torch.cat(read_ids) if read_ids else torch.zeros(0, dtype=torch.int32))
+                       input_ids=torch.cat(read_ids) if read_ids else torch.zeros(0, dtype=torch.int32),
+                       read_for=read_for)
 
     def ask(self, source: str | Document, question: str, settings: ReadSettings | None = None,
             answering: AnswerSettings | None = None, sources: int = SOURCES_SHOWN, **read_options) -> AskResult:
-        """Read `source` and answer `question` from it: `read(...).ask(question)`."""
+        """Read `source` (for `question`, under a policy that reads with it) and answer `question` from it:
+        `read(..., questions=[question]).ask(question)`."""
         check_question(question)
-        return self.read(source, settings, **read_options).ask(question, answering, sources=sources)
+        reading = self.read(source, settings, questions=[question], **read_options)
+        return reading.ask(question, answering, sources=sources)
 
     def load(self, path: str) -> Reading:
         """The Reading saved at `path` by `save_reading` (`locret read -o`), without the document."""

@@ -25,6 +25,7 @@ class BatchProgress:
     tokens_read: int = 0  # by documents finished
     tokens_in_flight: dict[int, int] = field(default_factory=dict)  # by job index, as local workers read
     elapsed_s: float = 0.0
+    ungrounded: int = 0  # answers whose content is not in the document as written (withheld ones included)
 
 
 @dataclass
@@ -41,6 +42,7 @@ class BatchSummary:
     pool: str
     workers: int | None
     failures: list[str] = field(default_factory=list)  # "source: error", one per failed document
+    ungrounded: int = 0  # answers whose content is not in the document as written (withheld ones included)
 
     @property
     def tokens_per_s(self) -> float:
@@ -90,6 +92,7 @@ def run_batch(jobs: list[Job], log: AnswerLog, pool, on_progress: Callable[[Batc
         progress.documents_done += 1
         progress.questions_done += len(result.rows)
         progress.failed += len(errors)
+        progress.ungrounded += sum(ungrounded(row) for row in result.rows)
         progress.tokens_in_flight.pop(job.index, None)
         progress.tokens_read += result.tokens_read
         tick()
@@ -113,4 +116,11 @@ def run_batch(jobs: list[Job], log: AnswerLog, pool, on_progress: Callable[[Batc
     if todo:
         pool.run(todo, record, reading, retried)
     return BatchSummary(progress.documents, progress.questions_done - progress.failed, progress.failed, skipped,
-                        progress.retries, progress.tokens_read, clock() - started, pool.name, pool.workers, failures)
+                        progress.retries, progress.tokens_read, clock() - started, pool.name, pool.workers, failures,
+                        progress.ungrounded)
+
+
+def ungrounded(row: dict) -> bool:
+    """Whether a row's answer holds content the document does not (`inputs/grounding.py`)."""
+    grounding = row.get("grounding")
+    return bool(grounding) and grounding["status"] in ("partial", "not_found")

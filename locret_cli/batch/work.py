@@ -95,7 +95,8 @@ class DocumentWorker:
             on_tokens(event.tokens - seen[0])
             seen[0] = event.tokens
 
-        reading = self.session.open(job.source, self.settings, on_progress=progress if on_tokens else None)
+        reading = self.session.open(job.source, self.settings, on_progress=progress if on_tokens else None,
+                                    questions=job.questions)
         if saved:
             from locret_cli.api.saved_context import save_reading
 
@@ -109,7 +110,9 @@ def answer_row(job: Job, spec: WorkerSpec, question: str, worker: str, result) -
                pages=result.document.pages, tokens=result.document.tokens, model=result.model, policy=result.policy,
                settings={**asdict(result.settings), **asdict(result.answering)},
                timings={"read_s": round(result.read_s, 4), "answer_s": round(result.answer_s, 4),
-                        "loaded_from": result.loaded_from})
+                        "loaded_from": result.loaded_from},
+               grounding=None if result.grounding is None else {**result.grounding.to_json(),
+                                                                "withheld": result.withheld})
 
 
 def error_rows(job: Job, spec: WorkerSpec, error: str, worker: str | None,
@@ -123,7 +126,7 @@ def row(job: Job, spec: WorkerSpec, question: str, worker: str | None, **fields)
     return {"key": row_key(job.document_id, question), "source": job.source, "source_sha256": job.sha256,
             "same_as": job.same_as, "question": question, "answer": None, "sources": None, "pages": None,
             "tokens": None, "model": spec.model.model, "policy": spec.model.policy, "settings": None, "run": spec.run(),
-            "timings": None, "worker": worker, "error": None, **fields}
+            "timings": None, "grounding": None, "worker": worker, "error": None, **fields}
 
 
 def one_line(exc: BaseException) -> str:

@@ -34,6 +34,7 @@ class CellSpec:
     model: ModelSpec = field(default_factory=ModelSpec)  # as JSON, a dict of its fields
     data: str | None = None
     memory_limit_bytes: int | None = None  # what `full` may use, weights included; default: what is free now
+    row: str = ""  # the bench row's label: the policy, and any settings of its own (`runner.row_variant`)
 
     def __post_init__(self):
         if isinstance(self.model, dict):
@@ -58,14 +59,18 @@ def run_cell(spec: CellSpec) -> dict:
     counter = FlopCounter(model)
     exact, contains, ttft, prefill, decode_s, decode_steps, tokens, kv_peak = [], [], [], [], 0.0, 0, [], 0
     prefill_s = 0.0  # reading, question prefill and first tokens, over every sample and question
+    by_depth: dict[str, list[bool]] = {}  # contains-match by the needle's depth, for tasks that place one
     started = time.perf_counter()
     with counting(model, counter):
         for sample in samples:
-            reading = session.read(sample.document, settings, force=True)
+            reading = session.read(sample.document, settings, force=True,
+                                   questions=[q.question for q in sample.questions])
             for i, question in enumerate(sample.questions):
                 result = reading.ask(question.question, answering, sources=0)
                 exact.append(question.is_exact(result.answer))
                 contains.append(contains_match(result.answer, question.answer))
+                if sample.depth is not None:
+                    by_depth.setdefault(f"{sample.depth:.2f}", []).append(contains[-1])
                 decode_s, decode_steps = decode_s + result.decode_s, decode_steps + result.decode_steps
                 prefill_s += result.answer_s - result.decode_s + (result.read_s if i == 0 else 0.0)
                 kv_peak = max(kv_peak, result.cache_peak_bytes)
@@ -94,6 +99,7 @@ def run_cell(spec: CellSpec) -> dict:
         "model": session.loaded.name,
         "compute": reading.compute,
         "settings": resolved,
+        "by_depth": {depth: statistics.fmean(hits) for depth, hits in by_depth.items()} if meaningful and by_depth else None,
     }
 
 
@@ -111,7 +117,8 @@ def warm_up(session: Session, settings: ReadSettings) -> None:
     prefix = prompt_layout(session.loaded.tokenizer).head_ids
     short = replace(settings, budget=len(prefix) + 16, stabilizers=4, chunk_size=16)
     text = "The warm-up text. " * (8 + len(prefix) // 4)  # longer than the budget, so eviction runs
-    session.read(text_document(text), short, force=True).ask("Why?", AnswerSettings(max_new_tokens=2), sources=0)
+    reading = session.read(text_document(text), short, force=True, questions=["Why?"])
+    reading.ask("Why?", AnswerSettings(max_new_tokens=2), sources=0)
 
 
 def main() -> None:

@@ -72,8 +72,7 @@ def write_csv(result: BenchResult, path: str | Path) -> None:
     save_config_beside(result, path)
 
 
-def write_plot(result: BenchResult, path: str | Path) -> None:
-    """Accuracy and peak memory against context length, one line per policy (and task, when several)."""
+def pyplot():
     try:
         import matplotlib
 
@@ -81,6 +80,16 @@ def write_plot(result: BenchResult, path: str | Path) -> None:
         import matplotlib.pyplot as plt
     except ImportError:
         raise SettingError("{plot} needs matplotlib: pip install matplotlib") from None
+    return plt
+
+
+def write_plot(result: BenchResult, path: str | Path) -> None:
+    """Accuracy and peak memory against context length, one line per policy (and task, when several); for the
+    niah task, the needle test's heatmap instead (`write_heatmap`)."""
+    if any(row["task"] == "niah" for row in result.rows):
+        write_heatmap(result, path)
+        return
+    plt = pyplot()
     path = Path(path)
     figure, (accuracy_axis, memory_axis) = plt.subplots(1, 2, figsize=(11, 4.2))
     tasks = sorted({row["task"] for row in result.rows})
@@ -106,3 +115,30 @@ def write_plot(result: BenchResult, path: str | Path) -> None:
     figure.savefig(path, dpi=120)
     plt.close(figure)
     save_config_beside(result, path)
+
+
+def write_heatmap(result: BenchResult, path: str | Path) -> None:
+    """The needle test's familiar picture: needle depth (rows, 0% at the top) by document length (columns), each
+    cell coloured by the share of right answers, one panel per policy."""
+    plt = pyplot()
+    rows = [row for row in result.rows if row["task"] == "niah"]
+    policies = list(dict.fromkeys(row["policy"] for row in rows))
+    lengths = sorted({row["length"] for row in rows})
+    depths = sorted({float(d) for row in rows for d in (row["by_depth"] or {})}) or [0.0]
+    figure, axes = plt.subplots(1, len(policies), figsize=(2.2 + (1.4 + 0.7 * len(lengths)) * len(policies), 5),
+                                squeeze=False, layout="constrained")
+    for index, (axis, policy) in enumerate(zip(axes[0], policies)):
+        grid = [[float("nan")] * len(lengths) for _ in depths]
+        for row in rows:
+            if row["policy"] == policy and row["by_depth"]:
+                for depth, score in row["by_depth"].items():
+                    grid[depths.index(float(depth))][lengths.index(row["length"])] = score
+        image = axis.imshow(grid, cmap="RdYlGn", vmin=0, vmax=1, aspect="auto")
+        axis.set_xticks(range(len(lengths)), [f"{n / 1024:.0f}K" if n >= 1024 else str(n) for n in lengths])
+        axis.set_yticks(range(len(depths)), [f"{d:.0%}" for d in depths])
+        axis.set(title=policy, xlabel="tokens", ylabel="needle depth" if index == 0 else None)
+    figure.colorbar(image, ax=axes[0].tolist(), label="right answers")
+    figure.suptitle(f"needle in a haystack: {(result.config['model_name'] or '').split(' (')[0]}")
+    figure.savefig(Path(path), dpi=120)
+    plt.close(figure)
+    save_config_beside(result, Path(path))

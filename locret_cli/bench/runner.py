@@ -18,9 +18,11 @@ from dataclasses import asdict, dataclass, field
 import torch
 import transformers
 
+from locret_cli.bench import haystack
 from locret_cli.bench.flops import matmul_rate, memory_rate
 from locret_cli.bench.tasks import TASKS
 from locret_cli.core.policies import POLICY_NAMES
+from locret_cli.core.settings import split_given
 from locret_cli.errors import LocretError, SettingError
 from locret_cli.models.arch import PRESETS
 from locret_cli.models.dtype_probe import cpu_name
@@ -29,7 +31,7 @@ from locret_cli.models.spec import ModelSpec
 
 ROW_FIELDS = ("task", "length", "policy", "accuracy", "contains_accuracy", "kv_peak_bytes", "peak_bytes",
               "prefill_tokens_per_s", "decode_tokens_per_s", "time_to_first_token_s", "skipped", "document_tokens",
-              "questions", "flops", "measured_s", "roofline_s", "phases", "repeats")
+              "questions", "flops", "measured_s", "roofline_s", "phases", "repeats", "settings", "by_depth")
 MEDIAN_FIELDS = ("accuracy", "contains_accuracy", "kv_peak_bytes", "peak_bytes", "prefill_tokens_per_s",
                  "decode_tokens_per_s", "time_to_first_token_s", "measured_s")
 
@@ -70,12 +72,15 @@ class BenchConfig:
             raise SettingError("{load_4bit} applies to {model}; {arch} builds its random weights in {dtype}")
         if self.arch and self.arch not in PRESETS:
             raise LocretError(f"unknown shape preset {self.arch!r}; choose one of {', '.join(PRESETS)}")
-        unknown = [p for p in self.policies if p not in POLICY_NAMES]
+        unknown = [p for p in self.policies if row_variant(p)[0] not in POLICY_NAMES]
         if unknown or not self.policies:
             raise LocretError(f"unknown policy {', '.join(unknown) or '(none)'}; choose from {', '.join(POLICY_NAMES)}")
         bad_tasks = [t for t in self.tasks if t not in TASKS]
         if bad_tasks and not self.data:
-            raise SettingError("unknown task {bad}; choose needle or facts, or pass {data} FILE", bad=", ".join(bad_tasks))
+            raise SettingError("unknown task {bad}; choose needle, facts or niah, or pass {data} FILE",
+                               bad=", ".join(bad_tasks))
+        if "niah" in self.tasks and not self.data:
+            haystack.essays()  # without the package, its pip line now, not from every cell
         if not self.lengths or min(self.lengths) < 64:
             raise SettingError("{lengths} must list token counts of at least 64, such as 4k,16k")
         if self.samples < 1 or self.repeat < 1:
@@ -123,11 +128,26 @@ def run_bench(config: BenchConfig, on_cell: Callable[[str, int, int], None] = la
     return BenchResult(resolved_config(config, resolved, rate, bandwidth, device), rows)
 
 
-def cell_spec(config: BenchConfig, task: str, length: int | None, policy: str) -> dict:
+def row_variant(row: str) -> tuple[str, dict]:
+    """A row of the bench: a policy, and the settings that row changes. 'locret:reread=0:span=64' is
+    ('locret', {'reread': 0, 'span': 64}); an unknown setting raises SettingError."""
+    policy, *pairs = row.split(":")
+    changed = {}
+    for pair in pairs:
+        name, _, value = pair.partition("=")
+        if not value:
+            raise SettingError("{policies}: {pair!r} is not SETTING=VALUE, as in locret:reread=1", pair=pair)
+        changed[name.replace("-", "_")] = int(value) if value.lstrip("-").isdigit() else value
+    split_given(changed)
+    return policy, changed
+
+
+def cell_spec(config: BenchConfig, task: str, length: int | None, row: str) -> dict:
+    policy, changed = row_variant(row)
     settings = {"budget": config.budget, "chunk_size": config.chunk_size, "stabilizers": config.stabilizers,
-                "positions": config.positions, "max_new_tokens": config.max_new_tokens}
+                "positions": config.positions, "max_new_tokens": config.max_new_tokens, **changed}
     limit = int(config.memory_limit_gb * 2**30) if config.memory_limit_gb else None
-    return {"length": length, "task": task, "samples": config.samples, "settings": settings,
+    return {"length": length, "task": task, "samples": config.samples, "settings": settings, "row": row,
             "model": config.model_spec(policy).to_json(), "data": config.data, "memory_limit_bytes": limit}
 
 
@@ -138,7 +158,7 @@ def run_cell_process(spec: dict) -> dict:
     lines = process.stdout.strip().splitlines()
     if process.returncode != 0 or not lines:
         last = (process.stderr.strip().splitlines() or ["no output"])[-1]
-        raise LocretError(f"bench cell {spec['policy']} at {spec['length']} tokens failed "
+        raise LocretError(f"bench cell {spec['row']} at {spec['length']} tokens failed "
                           f"(exit {process.returncode}): {last}")
     reply = json.loads(lines[-1])
     if "error" in reply:
@@ -149,7 +169,7 @@ def run_cell_process(spec: dict) -> dict:
 def summarise(task: str, length: int | None, policy: str, runs: list[dict], rate: float, bandwidth: float) -> dict:
     """One row: the median of each measured figure over the repeats, and each phase's share of its roofline."""
     row = dict.fromkeys(ROW_FIELDS)
-    row.update(task=task, length=length, policy=policy, repeats=len(runs))
+    row.update(task=task, length=length, policy=policy, repeats=len(runs), settings=runs[0].get("settings"))
     if "skipped" in runs[0]:
         row["skipped"] = runs[0]["skipped"]
         return row
@@ -158,6 +178,7 @@ def summarise(task: str, length: int | None, policy: str, runs: list[dict], rate
         row[name] = statistics.median(values) if values else None
     for name in ("document_tokens", "questions", "flops"):
         row[name] = runs[0][name]
+    row["by_depth"] = runs[0].get("by_depth")
     row["length"] = length if length is not None else row["document_tokens"]
     row["roofline_s"] = row["flops"] / rate
     row["phases"] = phase_rooflines(runs, rate, bandwidth)

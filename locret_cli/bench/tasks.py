@@ -2,6 +2,8 @@
 
     needle   the official pass key ("The pass key is <digits>. Remember it.") at depths spread over 0-100%
     facts    several "The <attribute> of <entity> is <value>." statements, every one of them asked
+    niah     the field's needle in a haystack: the San Francisco needle in the Paul Graham essays at depths 0, 10, ...,
+             100% (`haystack.py`), one document per depth, whatever --samples says
     --data   the user's JSONL: {"context": text or a path to a .pdf/.txt, "question": ..., "answer": ...}
 
 Generated documents use the held-out ("dev") vocabulary and filler of `synthetic.py`, and seeds of their own, so a
@@ -14,13 +16,14 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from locret_cli.bench import haystack
 from locret_cli.bench.generated import document_text
 from locret_cli.bench.synthetic import novel_fact, passkey_fact
 from locret_cli.errors import SettingError
 from locret_cli.inputs.documents import Document, Segment, open_document
 from locret_cli.inputs.jsonl import jsonl_records
 
-TASKS = ("needle", "facts")
+TASKS = ("needle", "facts", "niah")
 BENCH_SEED = 20_000
 FACTS_PER_DOCUMENT = 4
 
@@ -60,7 +63,11 @@ def needle_depths(samples: int) -> list[float]:
 def generated_samples(task: str, tokenizer, length: int, samples: int) -> list[Sample]:
     """`samples` documents of about `length` tokens for task `needle` or `facts`, the same on every run."""
     if task not in TASKS:
-        raise SettingError("unknown task {task!r}; choose needle or facts, or pass {data} FILE", task=task)
+        raise SettingError("unknown task {task!r}; choose needle, facts or niah, or pass {data} FILE", task=task)
+    if task == "niah":
+        text = haystack.essays()
+        return [Sample(text_document(haystack.haystack_with_needle(tokenizer, text, length, depth), f"niah-{depth}"),
+                       [Question(haystack.QUESTION, haystack.ANSWER)], depth) for depth in haystack.DEPTHS]
     out = []
     for index, depth in enumerate(needle_depths(samples)):
         rng = random.Random(BENCH_SEED + 7919 * length + 31 * index + (0 if task == "needle" else 1))

@@ -38,6 +38,9 @@ def _root(
     """Read documents once and ask them questions; train heads; benchmark policies."""
 
 
+WITHHELD_EXIT = 4  # the exit status when --strict withheld an answer
+
+
 def flag(setting: str) -> str:
     """The command-line flag that sets the library's `setting`: `chunk_size` is `--chunk-size`."""
     return "--" + setting.replace("_", "-")

@@ -9,8 +9,9 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
-from locret_cli.cli import app, domain_errors, options
+from locret_cli.cli import WITHHELD_EXIT, app, domain_errors, options
 from locret_cli.errors import LocretError
 from locret_cli.files import check_output
 from locret_cli.inputs.questions import check_question
@@ -30,13 +31,19 @@ def read(
     dtype: options.Dtype = "auto", load_4bit: options.Load4bit = False,
     trust_remote_code: options.TrustRemoteCode = False, encoding: options.Encoding = None,
     kept_map: options.KeptMap = None,
+    questions: Annotated[Optional[list[str]], typer.Option("-Q", "--question", help="A question to read the document for (policy finch); repeat for several. Other policies ignore it.")] = None,
+    questions_file: Annotated[Optional[str], typer.Option("--questions", help="A file of questions to read the document for (policy finch): one per line, or JSONL with a \"question\" key.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace OUTPUT if it exists, and run even when the estimated memory need exceeds what is free.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout and nothing else.")] = False,
     quiet: options.Quiet = False,
 ) -> None:
-    """Read the document at SOURCE once and save its bounded cache to OUTPUT, to ask it later with `locret ask`."""
+    """Read the document at SOURCE once and save its bounded cache to OUTPUT, to ask it later with `locret ask`.
+
+    Under --policy finch the read keeps what the given questions attend to; without questions every policy reads
+    question-agnostic."""
     from locret_cli.api.saved_context import SUFFIX, save_reading
     from locret_cli.cli.report import saved_table
+    from locret_cli.inputs.questions import load_questions
 
     quiet_libraries()
     err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -45,16 +52,22 @@ def read(
         check_output(kept_map, force, ".png")
     spec = ModelSpec(model, heads, policy, device, dtype, load_4bit, trust_remote_code)
     read_settings = options.read_given(budget, chunk_size, stabilizers, positions, score_pool, span)
-    session, reading, _ = options.open_reading(source, spec, read_settings, {}, err, quiet, encoding, force)
+    read_for = (questions or []) + (load_questions(questions_file) if questions_file else [])
+    for text in read_for:
+        check_question(text)
+    session, reading, _ = options.open_reading(source, spec, read_settings, {}, err, quiet, encoding, force, read_for)
     for message in reading.warnings:
         err.print(f"[yellow]warning:[/] {message}")
+    if read_for and not reading.read_for:
+        err.print(f"[yellow]warning:[/] questions steer only --policy finch; {reading.engine.policy.name} read the "
+                  "document question-agnostic")
     saved = save_reading(reading, output, session.heads, force)
     if kept_map:
         draw_kept_map(reading, [], kept_map, force)
     if as_json:
         sys.stdout.write(json.dumps({**vars(saved), "document": reading.document.to_json(), "read_s": reading.read_s,
                                      "model": reading.model_name, "policy": reading.engine.policy.name,
-                                     "settings": vars(reading.settings)}) + "\n")
+                                     "settings": vars(reading.settings), "read_for": list(reading.read_for)}) + "\n")
     elif not quiet:
         err.print(saved_table(reading, saved))
 
@@ -71,7 +84,7 @@ def ask(
     chunk_size: options.ChunkSize = None, stabilizers: options.Stabilizers = None, positions: options.Positions = None,
     score_pool: options.ScorePool = None, span: options.Span = None, max_new_tokens: options.MaxNewTokens = None,
     stop_repeats: options.StopRepeats = None, reread: options.Reread = None,
-    reread_tokens: options.RereadTokens = None, locate: options.Locate = None, temperature: options.Temperature = 0.0,
+    reread_tokens: options.RereadTokens = None, locate: options.Locate = None, strict: options.Strict = None, temperature: options.Temperature = 0.0,
     top_p: options.TopP = 1.0, seed: options.Seed = 0, device: options.Device = "auto", dtype: options.Dtype = "auto",
     load_4bit: options.Load4bit = False, trust_remote_code: options.TrustRemoteCode = False, encoding: options.Encoding = None,
     force: options.Force = False, kept_map: options.KeptMap = None,
@@ -82,7 +95,6 @@ def ask(
 ) -> None:
     """Answer questions from the document at SOURCE, reading it once, with the pages each answer drew on."""
     from locret_cli.api.reading import SOURCES_SHOWN
-    from locret_cli.cli.report import answers_table, cost_table, multi_cost_table, sources_line
     from locret_cli.inputs.questions import load_questions
 
     quiet_libraries()
@@ -101,9 +113,9 @@ def ask(
     spec = ModelSpec(model, heads, policy, device, dtype, load_4bit, trust_remote_code)
     read_settings = options.read_given(budget, chunk_size, stabilizers, positions, score_pool, span)
     answer_settings = options.answer_given(max_new_tokens, temperature, top_p, seed, stop_repeats, reread,
-                                                     reread_tokens, locate)
+                                                     reread_tokens, locate, strict)
     _, reading, answering = options.open_reading(source, spec, read_settings, answer_settings, err, quiet, encoding,
-                                                 force)
+                                                 force, questions=asked)
     for message in reading.warnings:
         err.print(f"[yellow]warning:[/] {message}")
     results = []
@@ -117,28 +129,36 @@ def ask(
             sys.stdout.flush()
     if kept_map:
         draw_kept_map(reading, results[0].sources or [], kept_map)
-    if as_jsonl:
-        return
     if as_json:
         document = results[0].to_json() if len(results) == 1 else {"answers": [r.to_json() for r in results]}
         sys.stdout.write(json.dumps(document) + "\n")
-        return
-    if len(results) == 1:
-        result = results[0]
-        out.print(result.answer, markup=False)
-        if (result.sources or result.reread) and not quiet:
-            out.print(sources_line(result.sources, result.reread), style="dim", markup=False)
-        if not result.answer and not quiet:
-            err.print("[yellow]warning:[/] the model gave an empty answer (it stopped at once)")
-        if not quiet:
-            err.print(cost_table(result))
-        return
+    elif not as_jsonl:
+        show_answers(results, out, err, quiet)
+    if any(result.withheld is not None for result in results):
+        raise typer.Exit(WITHHELD_EXIT)
+
+
+def show_answers(results, out: Console, err: Console, quiet: bool) -> None:
+    """Answers on stdout; sources, grounding warnings and what it cost on stderr (only the answers when quiet)."""
+    from locret_cli.cli.report import answers_table, cost_table, grounding_line, multi_cost_table, sources_line
+
     if quiet:
         for result in results:
             out.print(result.answer, markup=False)
         return
-    out.print(answers_table(results))
-    err.print(multi_cost_table(results))
+    if len(results) > 1:
+        out.print(answers_table(results))
+    for result in results:
+        if len(results) == 1:
+            out.print(result.answer, markup=False)
+            if result.sources or result.reread:
+                out.print(sources_line(result.sources, result.reread), style="dim", markup=False)
+            if not result.answer:
+                err.print("[yellow]warning:[/] the model gave an empty answer (it stopped at once)")
+        if line := grounding_line(result):
+            prefix = "" if len(results) == 1 else f"{result.question} "
+            err.print(Text.assemble(("warning: ", "yellow"), prefix + line))
+    err.print(cost_table(results[0]) if len(results) == 1 else multi_cost_table(results))
 
 
 def draw_kept_map(reading, cited, path: str, force: bool = False) -> None:

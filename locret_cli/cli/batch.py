@@ -34,7 +34,7 @@ def batch(
     chunk_size: options.ChunkSize = None, stabilizers: options.Stabilizers = None, positions: options.Positions = None,
     score_pool: options.ScorePool = None, span: options.Span = None, max_new_tokens: options.MaxNewTokens = None,
     stop_repeats: options.StopRepeats = None, reread: options.Reread = None,
-    reread_tokens: options.RereadTokens = None, locate: options.Locate = None, temperature: options.Temperature = 0.0,
+    reread_tokens: options.RereadTokens = None, locate: options.Locate = None, strict: options.Strict = None, temperature: options.Temperature = 0.0,
     top_p: options.TopP = 1.0, seed: options.Seed = 0, device: options.Device = "auto", dtype: options.Dtype = "auto",
     load_4bit: options.Load4bit = False, trust_remote_code: options.TrustRemoteCode = False,
     no_sources: Annotated[bool, typer.Option("--no-sources", help="Do not work out which pages each answer drew on.")] = False,
@@ -57,7 +57,7 @@ def batch(
     jobs = expand_inputs(inputs, questions_file, exclude=(out,))
     given = options.read_given(budget, chunk_size, stabilizers, positions, score_pool, span)
     given.update(options.answer_given(max_new_tokens, temperature, top_p, seed, stop_repeats, reread,
-                                                     reread_tokens, locate))
+                                                     reread_tokens, locate, strict))
     local_workers = workers or (None if ray else default_workers(device))
     model_spec = ModelSpec(model, heads, policy or "locret", device, dtype, load_4bit, trust_remote_code)
     spec = WorkerSpec(model_spec, given, not no_sources,

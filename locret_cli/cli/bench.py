@@ -20,7 +20,7 @@ def bench(
     model: Annotated[Optional[str], typer.Option(help="Hub id, local directory, .gguf file, or smollm2 (SmolLM2-135M-Instruct, with shipped heads). Default: the embedded model.")] = None,
     arch: Annotated[Optional[str], typer.Option(help="A shape preset with random weights: smollm2-135m, qwen2.5-0.5b, llama-3.2-1b, llama-3.1-8b or phi-3-mini-128k. Speed and memory only.")] = None,
     heads: Annotated[Optional[str], typer.Option(help="Retaining heads for --model (the locret policy needs them).")] = None,
-    policies: Annotated[str, typer.Option(help="Comma-separated policies.")] = ",".join(POLICY_NAMES),
+    policies: Annotated[str, typer.Option(help="Comma-separated rows: a policy, optionally with settings of its own, as in locret:reread=0 or locret:span=64:stabilizers=2048.")] = ",".join(POLICY_NAMES),
     lengths: Annotated[str, typer.Option(help="Context lengths in tokens; k = 1024.")] = "4k,16k",
     tasks: Annotated[str, typer.Option(help="needle (pass key at depths 0-100%) and/or facts.")] = "needle",
     data: Annotated[Optional[str], typer.Option(help="Your own JSONL of context (text or a .pdf/.txt path), question, answer. Replaces --tasks and --lengths.")] = None,

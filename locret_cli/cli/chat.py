@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.text import Text
 
 from locret_cli.cli import app, domain_errors, options, render
 from locret_cli.errors import LocretError
@@ -29,7 +30,7 @@ def chat(
     chunk_size: options.ChunkSize = None, stabilizers: options.Stabilizers = None, positions: options.Positions = None,
     score_pool: options.ScorePool = None, span: options.Span = None, max_new_tokens: options.MaxNewTokens = None,
     stop_repeats: options.StopRepeats = None, reread: options.Reread = None,
-    reread_tokens: options.RereadTokens = None, locate: options.Locate = None, temperature: options.Temperature = 0.0,
+    reread_tokens: options.RereadTokens = None, locate: options.Locate = None, strict: options.Strict = None, temperature: options.Temperature = 0.0,
     top_p: options.TopP = 1.0, seed: options.Seed = 0, device: options.Device = "auto", dtype: options.Dtype = "auto",
     load_4bit: options.Load4bit = False, trust_remote_code: options.TrustRemoteCode = False, encoding: options.Encoding = None,
     force: options.Force = False,
@@ -49,7 +50,7 @@ def chat(
     spec = ModelSpec(model, heads, policy, device, dtype, load_4bit, trust_remote_code)
     read_settings = options.read_given(budget, chunk_size, stabilizers, positions, score_pool, span)
     answer_settings = options.answer_given(max_new_tokens, temperature, top_p, seed, stop_repeats, reread,
-                                                     reread_tokens, locate)
+                                                     reread_tokens, locate, strict)
     session, reading, answering = options.open_reading(source, spec, read_settings, answer_settings, err, False,
                                                        encoding, force)
     if history_tokens is None:
@@ -85,7 +86,7 @@ def run_chat(conversation, read_line: Callable[[], str], out: Console, err: Cons
                 continue
             for message in conversation.reading.question_warnings(line):
                 err.print(f"[yellow]warning:[/] {message}")
-            answer_turn(conversation, line, out)
+            answer_turn(conversation, line, out, err)
         except LocretError as exc:
             err.print(f"[bold red]error:[/] {escape(render(exc))}")
             continue
@@ -98,9 +99,13 @@ def run_chat(conversation, read_line: Callable[[], str], out: Console, err: Cons
             out.print(sources_line((last.sources or [])[:SOURCES_SHOWN], last.reread), style="dim", markup=False)
 
 
-def answer_turn(conversation, question: str, out: Console) -> None:
-    """Answer one turn, printing the answer as it is decoded."""
+def answer_turn(conversation, question: str, out: Console, err: Console) -> None:
+    """Answer one turn, printing the answer as it is decoded (once checked, under --strict), then a line on stderr if
+    its content is not in the document."""
+    from locret_cli.cli.report import grounding_line
+
     tokenizer, tokens, shown = conversation.reading.tokenizer, [], ""
+    strict = (conversation.answering or conversation.reading.answering).strict
 
     def stream(token: int) -> None:
         nonlocal shown
@@ -109,8 +114,10 @@ def answer_turn(conversation, question: str, out: Console) -> None:
         if not text.endswith("\ufffd"):  # wait for the rest of a multi-byte character
             out.print(text[len(shown):].lstrip() if not shown else text[len(shown):], end="", markup=False)
             shown = text
-    conversation.ask(question, on_token=stream)
-    out.print()
+    result = conversation.ask(question, on_token=None if strict else stream)
+    out.print(result.answer if strict else "", markup=False)
+    if line := grounding_line(result):
+        err.print(Text.assemble(("warning: ", "yellow"), line))
 
 
 def command(conversation, line: str, out: Console, err: Console, heads) -> None:

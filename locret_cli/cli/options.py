@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import replace
 from typing import Annotated, Optional
@@ -26,6 +27,7 @@ MaxNewTokens = Annotated[Optional[int], typer.Option(help="Longest answer, in to
 StopRepeats = Annotated[Optional[int], typer.Option(help="Stop an answer that repeats a run of this many tokens or more right after itself, dropping the repeat. 0: off. Default 0, or the model's recorded default.")]
 Reread = Annotated[Optional[int], typer.Option(help="Answer in two passes: ask the bounded cache, then read again, whole, this many windows of the document where that answer looked, and answer from them. 0: off. Default 0, or the model's recorded default.")]
 RereadTokens = Annotated[Optional[int], typer.Option(help="Tokens per re-read window. Default 1024.")]
+Strict = Annotated[Optional[bool], typer.Option("--strict/--no-strict", help="Replace an answer whose specific content (numbers, names, codes, phrases) is not in the document with \"The document does not say.\", and exit with status 4. Default off, or the model's recorded default (the embedded model: on).")]
 Locate = Annotated[Optional[str], typer.Option(help=f"What names the re-read windows: {', '.join(LOCATE_MODES)} (the first answer's attention, the question's rarer words, or both). Default attention, or the model's recorded default.")]
 Temperature = Annotated[float, typer.Option(help="0 decodes greedily.")]
 TopP = Annotated[float, typer.Option(help="Nucleus sampling mass when temperature > 0.")]
@@ -47,18 +49,20 @@ def read_given(budget, chunk_size, stabilizers, positions, score_pool, span) -> 
     return {k: v for k, v in given.items() if v is not None}
 
 
-def answer_given(max_new_tokens, temperature, top_p, seed, stop_repeats, reread, reread_tokens, locate) -> dict:
+def answer_given(max_new_tokens, temperature, top_p, seed, stop_repeats, reread, reread_tokens, locate,
+                 strict=None) -> dict:
     """The answer settings given on the command line."""
     given = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed,
-                 stop_repeats=stop_repeats, reread=reread, reread_tokens=reread_tokens, locate=locate)
+                 stop_repeats=stop_repeats, reread=reread, reread_tokens=reread_tokens, locate=locate, strict=strict)
     return {k: v for k, v in given.items() if v is not None}
 
 
 def open_reading(source: str, spec, read: dict, answer: dict, err: Console, quiet: bool,
-                 encoding: Optional[str] = None, force: bool = False):
+                 encoding: Optional[str] = None, force: bool = False, questions: Sequence[str] = ()):
     """(session, reading, answer settings): `Session.open` of `source` (a `.locret` file, or a document read with a
-    progress bar) with the `spec` model. For a saved context, the policy and read settings are the file's: giving
-    others is an error; `answer` (max_new_tokens, temperature, top_p, seed) may change."""
+    progress bar, for `questions` under a policy that reads with them) with the `spec` model. For a saved context,
+    the policy and read settings are the file's: giving others is an error; `answer` (max_new_tokens, temperature,
+    top_p, seed) may change."""
     from locret_cli.api import load_session
     from locret_cli.api.saved_context import is_saved_context, read_header
     from locret_cli.cli import render
@@ -88,5 +92,5 @@ def open_reading(source: str, spec, read: dict, answer: dict, err: Console, quie
         return session, session.open(source, read), answering
     settings = session.read_settings(warn, **read)
     with DocumentProgress(err, document.unit, document.total_units, enabled=not quiet) as progress:
-        reading = session.open(document, settings, on_progress=progress.update, force=force)
+        reading = session.open(document, settings, on_progress=progress.update, force=force, questions=questions)
     return session, reading, answering

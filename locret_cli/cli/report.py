@@ -28,6 +28,7 @@ def cost_table(result: AskResult) -> Table:
         ("compute", result.compute or "-"),
         ("document tokens / pages", f"{result.document.tokens:,} / {pages}"),
         ("policy, positions", f"{result.policy}, {s.positions}" + (f", spans of {s.span}" if s.span > 1 else "")),
+        ("read", read_mode(result.read_for)),
         ("budget / chunk / stabilizers", f"{s.budget:,} / {s.chunk_size:,} / {s.stabilizers:,}"),
         ("tokens kept in the cache (per head)", f"{result.cache_kept_tokens:,}"),
         ("KV cache peak tokens (per head)", f"{result.cache_peak_tokens:,}"),
@@ -46,9 +47,29 @@ def cost_table(result: AskResult) -> Table:
     return table
 
 
+def grounding_line(result: AskResult) -> str | None:
+    """One line for stderr when the answer's content is not in the document as written, or was withheld; else
+    None."""
+    grounding = result.grounding
+    if grounding is None or (grounding.grounded and result.withheld is None):
+        return None
+    missing = ", ".join(repr(text) for text in grounding.missing()) or "its content"
+    if result.withheld is not None:
+        return f"withheld (strict): the model answered {result.withheld!r}; the document does not hold {missing}"
+    return f"not in the document as written: {missing} (grounding: {grounding.status}; --strict withholds such answers)"
+
+
+def read_mode(read_for) -> str:
+    """How the document was read: for no question, or steered by the questions given before the read."""
+    if not read_for:
+        return "question-agnostic"
+    return f"for the question{'s' if len(read_for) > 1 else ''} asked ({len(read_for)})"
+
+
 def format_sources(sources: list[Source]) -> str:
-    """'p. 37 (0.61), p. 112 (0.22)'."""
-    return ", ".join(f"{s.label()} ({s.weight:.2f})" for s in sources)
+    """'p. 37 (holds the answer, 0.61), p. 112 (0.22)': each unit's share of the answer's attention, and whether its
+    text holds the answer's content."""
+    return ", ".join(f"{s.label()} ({'holds the answer, ' if s.holds_answer else ''}{s.weight:.2f})" for s in sources)
 
 
 def sources_line(sources: list[Source], reread=None) -> str:
@@ -97,6 +118,7 @@ def saved_table(reading: Reading, saved: SavedContext) -> Table:
         ("document tokens / pages", f"{doc.tokens:,} / {'-' if doc.pages is None else doc.pages}"),
         ("policy, budget / chunk / stabilizers",
          f"{reading.engine.policy.name}, {s.budget:,} / {s.chunk_size:,} / {s.stabilizers:,}"),
+        ("read", read_mode(reading.read_for)),
         ("entries kept per head", f"{saved.entries:,}"),
         ("file size", human_bytes(saved.size_bytes)),
         ("bytes per entry and head", f"{saved.bytes_per_entry:,.1f}"),
@@ -223,6 +245,7 @@ def batch_table(summary, out: str) -> Table:
     for name, value in [
         ("documents read", f"{summary.documents:,}"),
         ("questions answered", f"{summary.answered:,}"),
+        ("answers not in the document", f"{summary.ungrounded:,}"),
         ("failed (error rows)", f"{summary.failed:,}"),
         ("skipped (already answered)", f"{summary.skipped:,}"),
         ("workers retried", f"{summary.retries:,}"),

@@ -172,6 +172,11 @@ class ScoredLayer(CacheLayerMixin):
         self.anchored = min(self.anchored, self.length)
         self._write(gathered)
 
+    def truncate(self, length: int) -> None:
+        """Forget the entries past the first `length` (a question read only to score the document's entries)."""
+        self.length = min(self.length, length)
+        self.anchored = min(self.anchored, self.length)
+
     def set(self, name: str, tensor: torch.Tensor) -> None:
         """Replace one field of every entry (scores rescored, keys re-rotated, positions renumbered)."""
         self._write({name: tensor})
@@ -265,6 +270,11 @@ class LocretCache(Cache):
         """Record the current size; called after every forward pass, when the cache is at its largest."""
         self.peak_tokens = max(self.peak_tokens, self.length())
         self.peak_bytes = max(self.peak_bytes, self.nbytes())
+
+    def truncate(self, length: int) -> None:
+        """Forget, in every layer, the entries past the first `length`."""
+        for layer in self.layers:
+            layer.truncate(length)
 
     def evict(self, layer_idx: int, keep: torch.Tensor, moved_to: torch.Tensor | None = None) -> None:
         """Keep only entries `keep` (B, kv_heads, k), ascending, in one layer: every field of each entry. With

@@ -7,6 +7,8 @@ import torch
 from locret_cli.core.cache import LocretCache
 from locret_cli.core.sources import Source, SourceMap, top_sources, units_weighted
 
+SINK_TOKENS = 4  # the document's first tokens draw attention whatever the answer (sinks): they are never credited
+
 
 class AttentionTally:
     """Adds up, per layer and KV head, the attention the answer pays to the first `entries` cache entries (the
@@ -59,10 +61,13 @@ class AttentionTally:
 
     def sources(self, reader: LocretCache, answerer: LocretCache, source_map: SourceMap, count: int) -> list[Source]:
         """The `count` pages or line ranges that received the most attention, as shares of what the document
-        received (`origin_weights`)."""
+        received (`origin_weights`), leaving out the document's first SINK_TOKENS tokens (the prompt's head is not
+        the document's either)."""
         origins, weights = self.origin_weights(reader, answerer)
         if not len(origins):
             return []
+        if len(source_map):
+            weights = weights.masked_fill(origins < source_map.starts[0] + SINK_TOKENS, 0.0)
         return top_sources(source_map, units_weighted(source_map, origins, weights), count)
 
 

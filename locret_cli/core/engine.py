@@ -58,10 +58,16 @@ class Engine:
     """Runs one document and question through `model` with `policy`, never holding more than budget + chunk.
 
     The first `pinned` tokens read (BOS and the chat template's head, which the first chunk starts with) are never
-    evicted, under every policy: a document cannot push the prompt's opening out of the cache."""
+    evicted, under every policy: a document cannot push the prompt's opening out of the cache.
+
+    A policy that reads with the question (FINCH) gets `question_ids` read after every chunk, at the positions that
+    follow it; their entries are dropped before eviction, so the cache never holds them."""
 
     def __init__(self, model, policy: Policy, settings: ReadSettings, stop_ids: set[int], pinned: int = 0,
-                 answering: AnswerSettings = AnswerSettings()):
+                 answering: AnswerSettings = AnswerSettings(), question_ids: list[int] | None = None):
+        if policy.reads_question and not question_ids:
+            raise SettingError("the {policy} {policy_value} policy reads the document with its questions: ask "
+                               "FILE QUESTION, or give {questions}", policy_value=policy.name)
         if policy.evicts and pinned + settings.stabilizers > settings.budget:
             raise SettingError(
                 "the prompt's opening ({pinned} tokens, never evicted) and {stabilizers} {stabilizers_value} do not "
@@ -69,6 +75,9 @@ class Engine:
                 pinned=pinned, stabilizers_value=settings.stabilizers, budget_value=settings.budget)
         self.model, self.policy, self.settings, self.stop_ids, self.pinned = model, policy, settings, stop_ids, pinned
         self.answering = answering
+        self.read_question_ids = list(question_ids or []) if policy.reads_question else []
+        if self.read_question_ids:
+            policy.question_length = len(self.read_question_ids)
         self.device = model.device
         self.rotary = rotary_module(model)
         self.dynamic_frequencies = changes_with_length(self.rotary)
@@ -137,8 +146,13 @@ class Engine:
 
     @torch.no_grad()
     def prefill_chunk(self, ids: list[int]) -> None:
-        """Append one chunk to the cache, scoring it, then evict down to the budget."""
-        self.forward(ids, score=self.policy.evicts)
+        """Append one chunk to the cache, scoring it (with the question read after it, for FINCH), then evict down to
+        the budget."""
+        question = self.read_question_ids
+        self.forward(ids + question, score=self.policy.evicts)
+        if question:
+            self.cache.truncate(self.cache.length() - len(question))
+            self.seen -= len(question)
         if self.policy.evicts and self.cache.length() > self.settings.budget:
             self.evict()
 

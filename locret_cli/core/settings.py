@@ -10,7 +10,7 @@ from locret_cli.errors import SettingError
 
 POSITION_MODES = ("compact", "original")
 LOCATE_MODES = ("attention", "words", "both")  # what names the windows `--reread` reads again
-POLICY_NAMES = ("locret", "streaming", "h2o", "snapkv", "random", "knorm", "full")  # `policies.make_policy` builds each
+POLICY_NAMES = ("locret", "streaming", "h2o", "snapkv", "finch", "random", "knorm", "full")  # `policies.make_policy` builds each
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,7 @@ class AnswerSettings:
     reread: int = 0  # answer from this many windows of the document read again whole (`api/reread.py`); 0: off
     reread_tokens: int = 1024  # tokens per re-read window
     locate: str = "attention"  # what names the windows: the first answer's attention, the question's words, or both
+    strict: bool = False  # replace an answer whose content is not in the document with "The document does not say."
 
     def checked(self) -> "AnswerSettings":
         """These settings, or SettingError for a bad value."""

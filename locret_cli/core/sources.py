@@ -8,7 +8,7 @@ the document is tokenized; `unit_of` maps token indices (the cache's `origins`) 
 from __future__ import annotations
 
 from bisect import bisect_right
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -17,12 +17,14 @@ MAX_PARAGRAPH_LINES = 40  # a longer run of lines without a blank one is cut int
 
 @dataclass(frozen=True)
 class Source:
-    """A unit an answer drew on: a page, or lines first_line..last_line (1-based), with its share of attention."""
+    """A unit an answer drew on: a page, or lines first_line..last_line (1-based), with its share of attention, and
+    whether its text holds the answer's specific content (`inputs/grounding.py`)."""
 
     weight: float
     page: int | None = None
     first_line: int | None = None
     last_line: int | None = None
+    holds_answer: bool = False
 
     def label(self) -> str:
         if self.page is not None:
@@ -33,7 +35,7 @@ class Source:
 
     def to_json(self) -> dict:
         where = {"page": self.page} if self.page is not None else {"lines": [self.first_line, self.last_line]}
-        return {**where, "weight": round(self.weight, 4)}
+        return {**where, "weight": round(self.weight, 4), "holds_answer": self.holds_answer}
 
 
 @dataclass
@@ -124,6 +126,19 @@ def top_sources(source_map: SourceMap, unit_weights: torch.Tensor, count: int) -
         return []
     best = unit_weights.topk(min(count, len(source_map)))
     return [source_map.source(int(i), float(w) / total) for w, i in zip(best.values, best.indices) if w > 0]
+
+
+def answer_first(cited: list[Source], holding: list[int], source_map: SourceMap, count: int) -> list[Source]:
+    """`cited` with the units in `holding` (those whose text holds the answer's content, in the order found) first
+    and marked, each keeping its share of attention (0 where the answer paid it none), then the rest; `count` in
+    all."""
+    by_label = {source.label(): source for source in cited}
+    first = []
+    for unit in dict.fromkeys(holding):
+        label = source_map.source(unit, 0.0).label()
+        weight = by_label.pop(label).weight if label in by_label else 0.0
+        first.append(replace(source_map.source(unit, weight), holds_answer=True))
+    return (first + list(by_label.values()))[:count]
 
 
 @dataclass

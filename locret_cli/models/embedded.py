@@ -14,12 +14,13 @@ from pathlib import Path
 
 from locret_cli.core.heads import RetainingHeads, load_heads
 from locret_cli.errors import LocretError
+from locret_cli.inputs.grounding import REFUSAL
 from locret_cli.models.loading import LoadedModel, load_model
 
 EMBEDDED_DIR = Path(__file__).resolve().parent / "embedded_model"
 NAME = "embedded demo model (3.7M, trained on synthetic documents)"
 QUESTION_FORMS = (re.compile(r"What is the pass key\?"), re.compile(r"What is the \S.* of \S.*\?"))
-NOT_STATED = "The document does not say."  # the reply to a question of another form that the document is silent on
+NOT_STATED = REFUSAL  # the reply to a question of another form that the document is silent on
 NOT_STATED_ENDING = " is not stated."
 
 

@@ -1,4 +1,5 @@
-"""Baselines scored from the attention the chunk's own queries pay to the cache (H2O / SirLLM, SnapKV).
+"""Policies scored from the attention real queries pay to the cache: the chunk's own (H2O / SirLLM, SnapKV), or the
+question's, read after every chunk (FINCH).
 
 Both read the real post-RoPE queries and keys through `probe.observe_attention`, after the layer's cache already
 holds the chunk, and compute attention probabilities in blocks of queries, never a full T×n matrix at once.
@@ -14,9 +15,12 @@ from locret_cli.core.policies.base import Policy
 QUERY_BLOCK = 64
 
 
-def received_attention(query: torch.Tensor, key: torch.Tensor, scaling: float, first: int = 0) -> torch.Tensor:
+def received_attention(query: torch.Tensor, key: torch.Tensor, scaling: float, first: int = 0,
+                       per_visible: bool = False) -> torch.Tensor:
     """Attention each cache entry receives from queries first..T-1 of the chunk, summed over those queries and over
-    each KV head's query group.
+    each KV head's query group. With `per_visible`, each query's probabilities are first multiplied by the number
+    of entries it sees, so an entry attended to uniformly scores 1 whatever the cache's length (FINCH's
+    normalisation).
 
     query (B, heads, T, D): the chunk's queries, the last T entries of `key` being its own keys (causal among them).
     key (B, kv_heads, n, D). Returns (B, kv_heads, n) float32.
@@ -32,7 +36,10 @@ def received_attention(query: torch.Tensor, key: torch.Tensor, scaling: float, f
         rows = torch.arange(q0, q0 + block.shape[2], device=query.device) + (n - length)
         scores = (block @ keys.transpose(-1, -2)) * scaling
         scores = scores.masked_fill(columns[None, :] > rows[:, None], float("-inf"))
-        total += scores.softmax(dim=-1).sum(dim=2)
+        probabilities = scores.softmax(dim=-1)
+        if per_visible:
+            probabilities = probabilities * (rows + 1).view(1, 1, -1, 1)
+        total += probabilities.sum(dim=2)
     return total.view(batch, kv_heads, group, n).sum(dim=2)
 
 
@@ -72,3 +79,25 @@ class SnapKVPolicy(AttentionScoredPolicy):
         attention = received_attention(query, key, scaling, first=max(0, query.shape[2] - self.window))
         pooled = F.avg_pool1d(attention, self.kernel, stride=1, padding=self.kernel // 2, count_include_pad=False)
         layer.set("scores", pooled)
+
+
+class FinchPolicy(AttentionScoredPolicy):
+    """FINCH (prompt-guided compression, read in chunks): the question is read after each chunk, at the positions
+    that follow it, and every entry is rescored by the attention the question's tokens pay it, after softmax and
+    normalised per query by the entries it sees. The question's own entries are then dropped (`Engine`), so the cache
+    holds only the document.
+
+    `question_length` is set by the engine that reads with it; a FINCH read is steered by its question and serves
+    that question best."""
+
+    name = "finch"
+    reads_question = True
+
+    def __init__(self, head_dim: int):
+        super().__init__(head_dim)
+        self.question_length = 0
+
+    def observe(self, layer_idx, query, key, scaling, layer):
+        first = query.shape[2] - self.question_length
+        scores = received_attention(query, key, scaling, first=first, per_visible=True) / self.question_length
+        layer.set("scores", scores)

@@ -16,6 +16,7 @@ class Policy:
     name: ClassVar[str]
     evicts: ClassVar[bool] = True
     observes: ClassVar[bool] = False  # True: `observe` also sees each layer's attention during prefill
+    reads_question: ClassVar[bool] = False  # True: the question is read after every chunk and sets `question_length`
 
     def score(
         self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, token_index: torch.Tensor
