@@ -22,7 +22,8 @@ rerun resumes.
 
 `--recorded` checks answers that `benchmarks/smollm2/evaluate.py` recorded (no model runs): each dev document is
 built again from its seed, and each right answer grounded against its text, paragraph by paragraph. The rows do not
-say whether the token limit cut an answer; one that does not end a sentence is taken as cut.
+say whether the token limit cut an answer, so each is checked as if it might have been: one that does not end a
+sentence is not judged by its last word.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ def smollm2_questions(d: int, length: int, paragraphs: list[str]) -> tuple[str, 
 
 def holds_words(answer: str, expected: str) -> bool:
     """Whether `expected`'s words occur, in order and whole, among `answer`'s: "biscuited" does not hold "biscuit"."""
-    return f" {' '.join(words(expected))} " in f" {' '.join(words(answer))} "
+    return bool(DocumentText([answer], [""]).occurrences(words(expected)))
 
 
 def value_units(reading, expected: str) -> set[str]:
@@ -124,8 +125,8 @@ def recorded(paths: list[Path], paragraphs: list[str]) -> str:
             text = dev_documents(paragraphs, row["length"])[row["document"]].text
             units = text.split("\n\n")
             texts[key] = DocumentText(units, [f"paragraph {i + 1}" for i in range(len(units))])
-        cut = not row["answer"].rstrip().endswith((".", "!", "?"))  # the rows do not say; an unfinished sentence was
-        flagged = not ground(row["question"], row["answer"], texts[key], cut).grounded
+        # the rows do not say whether the limit cut an answer; `ground` keeps a finished sentence whole either way
+        flagged = not ground(row["question"], row["answer"], texts[key], cut=True).grounded
         tally = counts[row["length"]]
         offset = 0 if row["correct"] else 2
         tally[offset] += 1

@@ -9,7 +9,6 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
-from rich.text import Text
 
 from locret_cli.cli import WITHHELD_EXIT, app, domain_errors, options
 from locret_cli.errors import LocretError
@@ -140,7 +139,7 @@ def ask(
 
 def show_answers(results, out: Console, err: Console, quiet: bool) -> None:
     """Answers on stdout; sources, grounding warnings and what it cost on stderr (only the answers when quiet)."""
-    from locret_cli.cli.report import answers_table, cost_table, grounding_line, multi_cost_table, sources_line
+    from locret_cli.cli.report import answers_table, cost_table, grounding_warning, multi_cost_table, sources_line
 
     if quiet:
         for result in results:
@@ -155,9 +154,8 @@ def show_answers(results, out: Console, err: Console, quiet: bool) -> None:
                 out.print(sources_line(result.sources, result.reread), style="dim", markup=False)
             if not result.answer:
                 err.print("[yellow]warning:[/] the model gave an empty answer (it stopped at once)")
-        if line := grounding_line(result):
-            prefix = "" if len(results) == 1 else f"{result.question} "
-            err.print(Text.assemble(("warning: ", "yellow"), prefix + line))
+        if warning := grounding_warning(result, "" if len(results) == 1 else f"{result.question} "):
+            err.print(warning)
     err.print(cost_table(results[0]) if len(results) == 1 else multi_cost_table(results))
 
 

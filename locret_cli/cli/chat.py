@@ -8,7 +8,6 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.text import Text
 
 from locret_cli.cli import app, domain_errors, options, render
 from locret_cli.errors import LocretError
@@ -102,7 +101,7 @@ def run_chat(conversation, read_line: Callable[[], str], out: Console, err: Cons
 def answer_turn(conversation, question: str, out: Console, err: Console) -> None:
     """Answer one turn, printing the answer as it is decoded (once checked, under --strict), then a line on stderr if
     its content is not in the document."""
-    from locret_cli.cli.report import grounding_line
+    from locret_cli.cli.report import grounding_warning
 
     tokenizer, tokens, shown = conversation.reading.tokenizer, [], ""
     strict = (conversation.answering or conversation.reading.answering).strict
@@ -116,8 +115,8 @@ def answer_turn(conversation, question: str, out: Console, err: Console) -> None
             shown = text
     result = conversation.ask(question, on_token=None if strict else stream)
     out.print(result.answer if strict else "", markup=False)
-    if line := grounding_line(result):
-        err.print(Text.assemble(("warning: ", "yellow"), line))
+    if warning := grounding_warning(result):
+        err.print(warning)
 
 
 def command(conversation, line: str, out: Console, err: Console, heads) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
+from rich.text import Text
 
 from locret_cli.api.reading import AskResult, Reading
 from locret_cli.api.saved_context import SavedContext
@@ -47,16 +48,19 @@ def cost_table(result: AskResult) -> Table:
     return table
 
 
-def grounding_line(result: AskResult) -> str | None:
-    """One line for stderr when the answer's content is not in the document as written, or was withheld; else
-    None."""
+def grounding_warning(result: AskResult, prefix: str = "") -> Text | None:
+    """The warning for stderr when the answer's content is not in the document as written, or was withheld (its
+    text never read as markup); else None. `prefix` (the question, when there are several) starts the line."""
     grounding = result.grounding
     if grounding is None or (grounding.grounded and result.withheld is None):
         return None
     missing = ", ".join(repr(text) for text in grounding.missing()) or "its content"
     if result.withheld is not None:
-        return f"withheld (strict): the model answered {result.withheld!r}; the document does not hold {missing}"
-    return f"not in the document as written: {missing} (grounding: {grounding.status}; --strict withholds such answers)"
+        line = f"withheld (strict): the model answered {result.withheld!r}; the document does not hold {missing}"
+    else:
+        line = f"not in the document as written: {missing} (grounding: {grounding.status}; --strict withholds such " \
+               "answers)"
+    return Text.assemble(("warning: ", "yellow"), prefix + line)
 
 
 def read_mode(read_for) -> str:
