@@ -2,12 +2,18 @@
 
     python benchmarks/bench_markdown.py speed runs/bench/smollm2-135m-*.json
     python benchmarks/bench_markdown.py accuracy runs/bench/embedded.json
+    python benchmarks/bench_markdown.py heatmap docs/images/niah-smollm2.png runs/niah/smollm2-*.json
+
+`heatmap` joins the niah rows of runs made one length at a time (one model) into one needle-test heatmap.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+
+from locret_cli.bench.output import write_heatmap
+from locret_cli.bench.runner import BenchResult
 
 
 def mib(n: int | None) -> str:
@@ -41,7 +47,8 @@ def accuracy_table(rows: list[dict]) -> list[str]:
             shown = []
             for n in lengths:
                 r = cells.get(n)
-                shown.append("-" if r is None else "skipped" if r["skipped"] else f"{100 * r['accuracy']:.0f}%")
+                score = None if r is None or r["skipped"] else r["contains_accuracy" if task == "niah" else "accuracy"]
+                shown.append("-" if r is None else "skipped" if r["skipped"] else f"{100 * score:.0f}%")
             out.append(f"| {policy} | " + " | ".join(shown) + " |")
         out.append("")
     return out
@@ -49,9 +56,14 @@ def accuracy_table(rows: list[dict]) -> list[str]:
 
 def main() -> None:
     kind, paths = sys.argv[1], sys.argv[2:]
+    plot = paths.pop(0) if kind == "heatmap" else None
     documents = [json.load(open(p)) for p in paths]
     rows = [row for d in documents for row in d["rows"]]
     config = documents[0]["config"]
+    if plot:
+        if len({d["config"]["model_name"] for d in documents}) != 1:
+            sys.exit("heatmap: the runs are of different models")
+        write_heatmap(BenchResult(config, sorted(rows, key=lambda r: r["length"])), plot)
     print(f"{config['model_name']}; settings {config['settings']}; matmul {config['matmul_flops_per_s'] / 1e12:.2f} "
           f"TFLOP/s; {config['threads']} threads; torch {config['torch']}\n")
     print("\n".join(speed_table(rows) if kind == "speed" else accuracy_table(rows)))

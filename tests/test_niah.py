@@ -77,3 +77,14 @@ def test_the_grid_has_a_cell_per_length_depth_and_policy_and_the_heatmap_is_a_pn
         assert all(score in (0.0, 1.0) for score in row["by_depth"].values())
         assert row["contains_accuracy"] == pytest.approx(sum(row["by_depth"].values()) / 11)
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_needle_task_answers_in_64_tokens_unless_told_and_the_others_in_16():
+    """16 tokens end the needle's sentence before "Dolores Park"; --max-new-tokens still wins where given."""
+    from locret_cli.bench.runner import BenchConfig, cell_spec
+
+    def limit(config, task):
+        return cell_spec(config, task, 4096, "locret")["settings"]["max_new_tokens"]
+
+    assert [limit(BenchConfig(), task) for task in ("niah", "needle", "facts")] == [64, 16, 16]
+    assert limit(BenchConfig(max_new_tokens=8), "niah") == 8

@@ -20,7 +20,7 @@ import transformers
 
 from locret_cli.bench import haystack
 from locret_cli.bench.flops import matmul_rate, memory_rate
-from locret_cli.bench.tasks import TASKS
+from locret_cli.bench.tasks import TASKS, answer_tokens
 from locret_cli.core.policies import POLICY_NAMES
 from locret_cli.core.settings import split_given
 from locret_cli.errors import LocretError, SettingError
@@ -53,7 +53,7 @@ class BenchConfig:
     chunk_size: int | None = None
     stabilizers: int | None = None
     positions: str = "compact"
-    max_new_tokens: int | None = 16
+    max_new_tokens: int | None = None  # None: the task's own (tasks.answer_tokens)
     device: str = "auto"
     dtype: str = "auto"
     load_4bit: bool = False
@@ -145,7 +145,7 @@ def row_variant(row: str) -> tuple[str, dict]:
 def cell_spec(config: BenchConfig, task: str, length: int | None, row: str) -> dict:
     policy, changed = row_variant(row)
     settings = {"budget": config.budget, "chunk_size": config.chunk_size, "stabilizers": config.stabilizers,
-                "positions": config.positions, "max_new_tokens": config.max_new_tokens, **changed}
+                "positions": config.positions, "max_new_tokens": config.max_new_tokens or answer_tokens(task), **changed}
     limit = int(config.memory_limit_gb * 2**30) if config.memory_limit_gb else None
     return {"length": length, "task": task, "samples": config.samples, "settings": settings, "row": row,
             "model": config.model_spec(policy).to_json(), "data": config.data, "memory_limit_bytes": limit}

@@ -26,6 +26,12 @@ from locret_cli.inputs.jsonl import jsonl_records
 TASKS = ("needle", "facts", "niah")
 BENCH_SEED = 20_000
 FACTS_PER_DOCUMENT = 4
+ANSWER_TOKENS = {"niah": 64}  # the needle's answer is a sentence ("... eat a sandwich and sit in Dolores Park ...")
+
+
+def answer_tokens(task: str) -> int:
+    """The longest answer a task's questions need, in tokens, where --max-new-tokens is not given."""
+    return ANSWER_TOKENS.get(task, 16)
 
 
 @dataclass(frozen=True)
