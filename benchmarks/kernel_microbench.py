@@ -4,6 +4,8 @@
                                                        # (locret packs only one-row products: decoding)
     python benchmarks/kernel_microbench.py chain     # all linears of one SmolLM2-shaped decode step, 1 and 2 threads
     python benchmarks/kernel_microbench.py sdpa      # one layer's chunk attention, with and without its mask
+    python benchmarks/kernel_microbench.py rates     # this CPU's matmul rates: bf16, fp32, packed bf16, int8;
+                                                       # square and prefill-chunk shapes, 1 and 2 threads
 
 Each time is the mean of repeated calls after warm-up, in a process doing nothing else.
 """
@@ -77,24 +79,52 @@ def chain() -> None:
 
 
 def sdpa() -> None:
-    """Layer attention of a 512-token chunk over 1,024 kept entries, 9 query heads over 3 KV heads."""
-    chunk, kept = 512, 1024
-    total = chunk + kept
-    q = torch.randn(1, 9, chunk, 64, dtype=torch.bfloat16)
-    k, v = (torch.randn(1, 3, 4096, 64, dtype=torch.bfloat16)[:, :, :total] for _ in range(2))  # buffer views
-    mask = torch.ones(chunk, total, dtype=torch.bool).tril(diagonal=kept)[None, None]
-    flops = 4 * 9 * 64 * chunk * (kept + chunk / 2)
-    for name, fn in (("with the chunk's mask", lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
-                                                                                       enable_gqa=True)),
-                     ("without a mask", lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True))):
-        took = seconds(fn, 10)
-        print(f"{name}: {1e3 * took:.2f} ms, {flops / took / 1e9:.0f} GFLOP/s")
+    """One layer's chunk attention, 9 query heads over 3 KV heads: a 512-token chunk over 1,024 kept entries (the
+    speed settings) and a 1,024-token chunk over 4,096 (SmolLM2's recorded ones), with the chunk's mask (causal
+    within the chunk, every kept entry visible) and without one, in bf16 and fp32."""
+    print("| chunk | kept | dtype | with the mask | without a mask |")
+    print("|---:|---:|---|---:|---:|")
+    for chunk, kept in ((512, 1024), (1024, 4096)):
+        total = chunk + kept
+        mask = torch.ones(chunk, total, dtype=torch.bool).tril(diagonal=kept)[None, None]
+        flops = 4 * 9 * 64 * chunk * (kept + chunk / 2)
+        for dtype in (torch.bfloat16, torch.float32):
+            q = torch.randn(1, 9, chunk, 64, dtype=dtype)
+            k, v = (torch.randn(1, 3, total + 512, 64, dtype=dtype)[:, :, :total] for _ in range(2))  # buffer views
+            cells = []
+            for fn in (lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True),
+                       lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)):
+                took = seconds(fn, 10)
+                cells.append(f"{1e3 * took:.2f} ms, {flops / took / 1e9:.0f} GFLOP/s")
+            print(f"| {chunk:,} | {kept:,} | {str(dtype).removeprefix('torch.')} | " + " | ".join(cells) + " |")
+
+
+def rates() -> None:
+    """GFLOP/s of one product in each arithmetic this CPU offers: square, and a 1,024-token chunk through SmolLM2's
+    MLP up-projection (1,024 × 576 by 576 × 1,536); int8 is torch._int_mm (int8 × int8 → int32, oneDNN's VNNI or AMX
+    path where the CPU has one)."""
+    shapes = {"2048 × 2048 × 2048": (2048, 2048, 2048), "1024 × 1024 × 1024": (1024, 1024, 1024),
+              "chunk: 1024 × 576 × 1536": (1024, 576, 1536)}
+    print("| product (m × k × n) | threads | fp32 | bf16 | bf16 packed | int8 |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, (m, k, n) in shapes.items():
+        a, w = torch.randn(m, k), torch.randn(n, k)
+        a16, w16 = a.bfloat16(), w.bfloat16()
+        a8, w8t = torch.randint(-127, 127, (m, k), dtype=torch.int8), torch.randint(-127, 127, (k, n), dtype=torch.int8)
+        w16_packed = packed(w16, m)
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            kernels = (lambda: F.linear(a, w), lambda: F.linear(a16, w16),
+                       lambda: packed_linear(a16, w16_packed), lambda: torch._int_mm(a8, w8t))
+            cells = [f"{2 * m * k * n / seconds(fn, 10) / 1e9:,.0f}" for fn in kernels]
+            print(f"| {name} | {threads} | " + " | ".join(cells) + " |")
+    print("GFLOP/s (int8: GOP/s), each the mean of 10 products after 3 warm-ups")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("which", choices=("linear", "chain", "sdpa"))
-    {"linear": linear, "chain": chain, "sdpa": sdpa}[parser.parse_args().which]()
+    parser.add_argument("which", choices=("linear", "chain", "sdpa", "rates"))
+    {"linear": linear, "chain": chain, "sdpa": sdpa, "rates": rates}[parser.parse_args().which]()
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ MARK_CATEGORIES = {
     marks.TOKENIZE: "tokenization",
 }
 LINEAR_OPS = ("aten::linear", "aten::addmm", "aten::mm", "aten::matmul", "mkldnn::_linear_pointwise")
-ATTENTION_OPS = ("aten::scaled_dot_product_attention",)
+ATTENTION_OPS = ("aten::scaled_dot_product_attention", "aten::_scaled_dot_product_flash_attention_for_cpu")
 ORDER = ["linear layers", "attention", "retaining heads", "hooks and q/k/v capture", "cache append",
          "torch.cat outside the ranges", "top-k selection and gather", "re-rotation", "rotary frequencies",
          "tokenization", "other model ops (norms, RoPE, activations, residuals)", "Python and framework overhead"]

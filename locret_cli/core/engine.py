@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from locret_cli.core.cache import LocretCache
+from locret_cli.core.cache_attention import use_cache_attention
 from locret_cli.core.capture import capture_qkv
 from locret_cli.core.citations import AttentionTally
 from locret_cli.core.policies import Policy, select
@@ -181,6 +182,7 @@ class Engine:
         self._sync_frequencies(positions)
         self.cache.stage(positions, token_index)
         with ExitStack() as scoring:
+            scoring.enter_context(use_cache_attention(self.model))
             if score:
                 scoring.enter_context(capture_qkv(self.model, self._scorer(token_index)))
                 if self.policy.observes:

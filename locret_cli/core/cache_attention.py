@@ -1,0 +1,94 @@
+"""Attention over locret's cache on the CPU, without a mask.
+
+In locret's engine the queries of every forward are the cache's last T entries, and every entry before them is
+visible to all of them. transformers builds a (T, n) boolean mask for that, and SDPA reads it and computes the
+masked half of the chunk's own block. Here, instead:
+
+- A chunk is split as flash-decoding splits a long cache:
+    past:  query (B, kv_heads, group * T, D) against the n - T kept entries, no mask: the heads that share a KV head
+           are stacked as more queries, so no key is copied;
+    own:   query (B, heads, T, D) against the chunk's own T entries (repeated per head: T entries, not n), causal;
+  each output is weighted by the share of the softmax mass its keys hold, exp(lse_part - lse_all), the log-sum-exps
+  that `aten::_scaled_dot_product_flash_attention_for_cpu` returns.
+- One query (a decode step) in bf16 attends in fp32. On a CPU without AMX, bf16 SDPA of one query runs several
+  times slower than fp32 (docs/performance.md), and fp32 is nearer the exact value.
+
+The result is the masked attention up to rounding (tests/test_cache_attention.py). `use_cache_attention` selects this
+implementation for one forward of a model on the CPU whose layers all attend fully (no sliding window).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+
+import torch
+import torch.nn.functional as F
+from transformers import AttentionInterface
+
+IMPLEMENTATION = "locret_cache"
+
+
+def _flash(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, causal: bool, scale: float):
+    """(output (B, H, L, D), lse (B, H, L) float32) of attention without a mask, or causal."""
+    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(query, key, value, 0.0, causal, scale=scale)
+
+
+def cache_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float) -> torch.Tensor:
+    """Attention of query (B, heads, T, D) over key, value (B, kv_heads, n, D), whose last T entries are the
+    queries' own (causal among themselves) and whose first n - T every query sees; returns (B, heads, T, D)."""
+    batch, heads, length, dim = query.shape
+    kv_heads, entries = key.shape[1], key.shape[2]
+    past, group = entries - length, heads // kv_heads
+    if length == 1:
+        upcast = [t.float() for t in (query, key, value)]
+        return F.scaled_dot_product_attention(*upcast, scale=scale, enable_gqa=group > 1).to(query.dtype)
+    if past == 0:
+        return F.scaled_dot_product_attention(query, key, value, is_causal=True, scale=scale, enable_gqa=group > 1)
+    stacked = query.reshape(batch, kv_heads, group * length, dim)
+    past_out, past_lse = _flash(stacked, key[:, :, :past], value[:, :, :past], False, scale)
+    own_keys, own_values = (t[:, :, past:].repeat_interleave(group, dim=1) for t in (key, value))
+    own_out, own_lse = _flash(query, own_keys, own_values, True, scale)
+    past_out, past_lse = past_out.reshape(batch, heads, length, dim), past_lse.reshape(batch, heads, length)
+    total = torch.logaddexp(past_lse, own_lse)
+    merged = past_out * (past_lse - total).exp().unsqueeze(-1) + own_out * (own_lse - total).exp().unsqueeze(-1)
+    return merged.to(query.dtype)
+
+
+def _attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """transformers' attention signature. The model builds no mask for this implementation (it is not registered
+    with the mask interface), and `cache_attention` needs none."""
+    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    return cache_attention(query, key, value, scale).transpose(1, 2).contiguous(), None
+
+
+AttentionInterface.register(IMPLEMENTATION, _attention)
+
+
+def attends_fully(config) -> bool:
+    """Whether every layer of the model attends to all earlier tokens (no sliding window)."""
+    text = config.get_text_config(decoder=True)
+    layer_types = getattr(text, "layer_types", None)
+    if layer_types is not None:
+        return all(kind == "full_attention" for kind in layer_types)
+    return getattr(text, "sliding_window", None) is None
+
+
+@contextmanager
+def _selected(model) -> Iterator[None]:
+    config = model.config
+    previous = config._attn_implementation
+    config._attn_implementation = IMPLEMENTATION
+    try:
+        yield
+    finally:
+        config._attn_implementation = previous
+
+
+def use_cache_attention(model):
+    """A context in which `model` (batch 1, attending over a LocretCache) attends with `cache_attention` in place of
+    SDPA, where that applies: on the CPU, with no sliding window, and while no observer's implementation
+    (`core/probe.py`) is in force. Elsewhere, a context that changes nothing."""
+    applies = (model.device.type == "cpu" and model.config._attn_implementation == "sdpa"
+               and attends_fully(model.config))
+    return _selected(model) if applies else nullcontext()

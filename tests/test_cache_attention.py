@@ -1,0 +1,77 @@
+"""Attention over the cache without a mask (`core/cache_attention.py`): the masked attention up to rounding, and the
+same greedy answer through the engine."""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import tiny_model
+from test_engine import chunks_of, random_ids
+
+from locret_cli.core.cache_attention import IMPLEMENTATION, attends_fully, cache_attention, use_cache_attention
+from locret_cli.core.engine import Engine
+from locret_cli.core.heads import RetainingHeads
+from locret_cli.core.policies.locret import LocretPolicy
+from locret_cli.core.probe import observe_attention
+from locret_cli.core.settings import AnswerSettings, ReadSettings
+
+
+def masked(query, key, value):
+    """The reference: SDPA with the chunk's mask (causal among the last T entries, every earlier entry visible)."""
+    length, entries = query.shape[2], key.shape[2]
+    mask = torch.ones(length, entries, dtype=torch.bool).tril(diagonal=entries - length)
+    return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, enable_gqa=True)
+
+
+@pytest.mark.parametrize("length,kept,kv_heads", [(37, 90, 3), (37, 90, 9), (1, 50, 3), (16, 0, 3), (64, 1, 1)])
+def test_it_is_the_masked_attention(length, kept, kv_heads):
+    torch.manual_seed(length + kept)
+    query = torch.randn(1, 9, length, 64)
+    key, value = (torch.randn(1, kv_heads, length + kept + 20, 64)[:, :, :length + kept] for _ in range(2))  # views
+    assert torch.allclose(cache_attention(query, key, value, 64 ** -0.5), masked(query, key, value), atol=1e-5)
+
+
+def test_one_bf16_query_attends_in_fp32():
+    torch.manual_seed(0)
+    query, key, value = (torch.randn(1, h, n, 64) for h, n in ((9, 1), (3, 300), (3, 300)))
+    exact = F.scaled_dot_product_attention(query, key, value, enable_gqa=True)
+    out = cache_attention(query.bfloat16(), key.bfloat16(), value.bfloat16(), 64 ** -0.5)
+    assert out.dtype == torch.bfloat16
+    upcast = F.scaled_dot_product_attention(*(t.bfloat16().float() for t in (query, key, value)), enable_gqa=True)
+    assert torch.equal(out, upcast.bfloat16())
+    assert (out.float() - exact).abs().max() < 0.02
+
+
+def logits(model, heads, split: bool) -> torch.Tensor:
+    """Read a document, prefill a question and feed 8 fixed tokens: the logits of each forward (9, vocab)."""
+    engine = Engine(model, LocretPolicy(heads),
+                    ReadSettings(budget=40, chunk_size=32, stabilizers=8), stop_ids=set(),
+                    answering=AnswerSettings(max_new_tokens=16))
+    # the reference: the model's own SDPA with transformers' mask (an observer's implementation turns this one off)
+    with nullcontext() if split else observe_attention(model, lambda *_: None):
+        engine.read(chunks_of(random_ids(160), 32))
+        return torch.stack([engine.forward(ids, score=False) for ids in ([3, 4, 5], *([t] for t in range(10, 18)))])
+
+
+def test_the_engine_reads_and_decodes_as_with_the_mask(family_model):
+    """A random model's logits lie within 1e-6 of each other, so the same logits, not the same argmax, is the check;
+    the embedded model's answers in tests/test_reading.py are the greedy check."""
+    heads = RetainingHeads.for_model(family_model)
+    split, reference = logits(family_model, heads, split=True), logits(family_model, heads, split=False)
+    assert torch.allclose(split, reference, rtol=0, atol=1e-5 * reference.abs().max())
+
+
+def test_it_applies_only_to_plain_sdpa_on_the_cpu_without_a_sliding_window():
+    model = tiny_model("llama")
+    with use_cache_attention(model):
+        assert model.config._attn_implementation == IMPLEMENTATION
+    assert model.config._attn_implementation == "sdpa"
+    with observe_attention(model, lambda *_: None), use_cache_attention(model):
+        assert model.config._attn_implementation != IMPLEMENTATION
+    from transformers import MistralConfig, Qwen2Config
+    assert not attends_fully(MistralConfig(sliding_window=4096))
+    assert not attends_fully(Qwen2Config(use_sliding_window=True, sliding_window=64, max_window_layers=0))
+    assert attends_fully(Qwen2Config())
