@@ -4,7 +4,8 @@
     python benchmarks/bench_markdown.py accuracy runs/bench/embedded.json
     python benchmarks/bench_markdown.py heatmap docs/images/niah-smollm2.png runs/niah/smollm2-*.json
 
-`heatmap` joins the niah rows of runs made one length at a time (one model) into one needle-test heatmap.
+`heatmap` joins the niah rows of runs made one length at a time (one model) into one needle-test heatmap, then
+prints their accuracy table as `accuracy` does.
 """
 
 from __future__ import annotations

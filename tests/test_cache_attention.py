@@ -1,5 +1,5 @@
 """Attention over the cache without a mask (`core/cache_attention.py`): the masked attention up to rounding, and the
-same greedy answer through the engine."""
+same logits through the engine's read and decode."""
 
 from __future__ import annotations
 
@@ -11,7 +11,13 @@ import torch.nn.functional as F
 from conftest import tiny_model
 from test_engine import chunks_of, random_ids
 
-from locret_cli.core.cache_attention import IMPLEMENTATION, attends_fully, cache_attention, use_cache_attention
+from locret_cli.core.cache_attention import (
+    IMPLEMENTATION,
+    applies_to,
+    attends_fully,
+    cache_attention,
+    use_cache_attention,
+)
 from locret_cli.core.engine import Engine
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.core.policies.locret import LocretPolicy
@@ -66,6 +72,7 @@ def test_the_engine_reads_and_decodes_as_with_the_mask(family_model):
 
 def test_it_applies_only_to_plain_sdpa_on_the_cpu_without_a_sliding_window():
     model = tiny_model("llama")
+    assert applies_to(model)
     with use_cache_attention(model):
         assert model.config._attn_implementation == IMPLEMENTATION
     assert model.config._attn_implementation == "sdpa"

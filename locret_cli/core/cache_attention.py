@@ -11,20 +11,22 @@ masked half of the chunk's own block. Here, instead:
   each output is weighted by the share of the softmax mass its keys hold, exp(lse_part - lse_all), the log-sum-exps
   that `aten::_scaled_dot_product_flash_attention_for_cpu` returns.
 - One query (a decode step) in bf16 attends in fp32. On a CPU without AMX, bf16 SDPA of one query runs several
-  times slower than fp32 (docs/performance.md), and fp32 is nearer the exact value.
+  times slower than fp32 (docs/cpus.md), and fp32 is nearer the exact value.
 
 The result is the masked attention up to rounding (tests/test_cache_attention.py). `use_cache_attention` selects this
-implementation for one forward of a model on the CPU whose layers all attend fully (no sliding window).
+implementation for one forward of a model that `applies_to` (the CPU, no sliding window), which the engine checks
+once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 
 import torch
 import torch.nn.functional as F
 from transformers import AttentionInterface
+
+from locret_cli.core.probe import attention_implementation
 
 IMPLEMENTATION = "locret_cache"
 
@@ -74,21 +76,14 @@ def attends_fully(config) -> bool:
     return getattr(text, "sliding_window", None) is None
 
 
-@contextmanager
-def _selected(model) -> Iterator[None]:
-    config = model.config
-    previous = config._attn_implementation
-    config._attn_implementation = IMPLEMENTATION
-    try:
-        yield
-    finally:
-        config._attn_implementation = previous
+def applies_to(model) -> bool:
+    """Whether `cache_attention` can stand in for the model's SDPA: on the CPU, with no sliding window."""
+    return model.device.type == "cpu" and attends_fully(model.config)
 
 
 def use_cache_attention(model):
-    """A context in which `model` (batch 1, attending over a LocretCache) attends with `cache_attention` in place of
-    SDPA, where that applies: on the CPU, with no sliding window, and while no observer's implementation
-    (`core/probe.py`) is in force. Elsewhere, a context that changes nothing."""
-    applies = (model.device.type == "cpu" and model.config._attn_implementation == "sdpa"
-               and attends_fully(model.config))
-    return _selected(model) if applies else nullcontext()
+    """A context in which `model` (batch 1, attending over a LocretCache, `applies_to` it) attends with
+    `cache_attention` in place of SDPA, unless an observer's implementation (`core/probe.py`) is in force; then a
+    context that changes nothing."""
+    plain = model.config._attn_implementation == "sdpa"
+    return attention_implementation(model, IMPLEMENTATION) if plain else nullcontext()

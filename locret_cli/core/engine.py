@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from locret_cli.core.cache import LocretCache
-from locret_cli.core.cache_attention import use_cache_attention
+from locret_cli.core.cache_attention import applies_to, use_cache_attention
 from locret_cli.core.capture import capture_qkv
 from locret_cli.core.citations import AttentionTally
 from locret_cli.core.policies import Policy, select
@@ -82,6 +82,7 @@ class Engine:
         self.device = model.device
         self.rotary = rotary_module(model)
         self.dynamic_frequencies = changes_with_length(self.rotary)
+        self.mask_free = applies_to(model)  # attention over the cache without a mask (`cache_attention.py`)
         room = settings.budget + settings.chunk_size + QUESTION_ALLOWANCE + answering.max_new_tokens
         room = room if policy.evicts else 0
         self.cache = LocretCache(model.config.get_text_config(decoder=True).num_hidden_layers, reserved=room,
@@ -182,7 +183,8 @@ class Engine:
         self._sync_frequencies(positions)
         self.cache.stage(positions, token_index)
         with ExitStack() as scoring:
-            scoring.enter_context(use_cache_attention(self.model))
+            if self.mask_free:
+                scoring.enter_context(use_cache_attention(self.model))
             if score:
                 scoring.enter_context(capture_qkv(self.model, self._scorer(token_index)))
                 if self.policy.observes:

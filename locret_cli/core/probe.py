@@ -34,15 +34,24 @@ AttentionMaskInterface.register(IMPLEMENTATION, ALL_MASK_ATTENTION_FUNCTIONS["sd
 
 
 @contextmanager
-def observe_attention(model, observer: Observer) -> Iterator[None]:
-    """Within the block, every attention call of `model` reports to `observer`; the model's own attention
-    implementation is restored on exit."""
+def attention_implementation(model, name: str) -> Iterator[None]:
+    """Within the block, `model` attends with the registered implementation `name`; its own is restored on exit."""
     config = model.config
     previous = config._attn_implementation
-    _observers.append(observer)
-    config._attn_implementation = IMPLEMENTATION
+    config._attn_implementation = name
     try:
         yield
     finally:
         config._attn_implementation = previous
+
+
+@contextmanager
+def observe_attention(model, observer: Observer) -> Iterator[None]:
+    """Within the block, every attention call of `model` reports to `observer`; the model's own attention
+    implementation is restored on exit."""
+    _observers.append(observer)
+    try:
+        with attention_implementation(model, IMPLEMENTATION):
+            yield
+    finally:
         _observers.pop()
