@@ -4,6 +4,8 @@
                                                        # (locret packs only one-row products: decoding)
     python benchmarks/kernel_microbench.py chain     # all linears of one SmolLM2-shaped decode step, 1 and 2 threads
     python benchmarks/kernel_microbench.py sdpa      # one layer's chunk attention, with and without its mask
+    python benchmarks/kernel_microbench.py one-query # a decode step's attention: bf16 SDPA, cast to fp32, or two
+                                                       # bf16 products around an fp32 softmax
     python benchmarks/kernel_microbench.py rates     # this CPU's matmul rates: bf16, fp32, packed bf16, int8;
                                                        # square and prefill-chunk shapes, 1 and 2 threads
 
@@ -99,6 +101,28 @@ def sdpa() -> None:
             print(f"| {chunk:,} | {kept:,} | {str(dtype).removeprefix('torch.')} | " + " | ".join(cells) + " |")
 
 
+def one_query() -> None:
+    """A decode step's attention, one query of 9 heads over 3 KV heads: one layer's cache over and over (warm), and
+    30 layers' distinct caches in turn (as a step reads them), three ways."""
+    def products(q, k, v):
+        scores = torch.matmul(q.reshape(1, 3, 3, 64), k.transpose(-1, -2)).float() * 0.125
+        return torch.matmul(scores.softmax(dim=-1).to(q.dtype), v)
+
+    ways = {"bf16 SDPA": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True),
+            "cast to fp32, SDPA": lambda q, k, v: F.scaled_dot_product_attention(
+                q.float(), k.float(), v.float(), enable_gqa=True).to(q.dtype),
+            "bf16 products, fp32 softmax": products}
+    print("| entries | layers | " + " | ".join(ways) + " |")
+    print("|---:|---:|" + "---:|" * len(ways))
+    for entries in (1024, 4096, 5200):
+        for layers in (1, 30):
+            caches = [(torch.randn(1, 9, 1, 64, dtype=torch.bfloat16),
+                       *(torch.randn(1, 3, entries + 300, 64, dtype=torch.bfloat16)[:, :, :entries] for _ in range(2)))
+                      for _ in range(layers)]
+            cells = [f"{1e3 * seconds(lambda: [way(*c) for c in caches], 20):.2f} ms" for way in ways.values()]
+            print(f"| {entries:,} | {layers} | " + " | ".join(cells) + " |")
+
+
 def rates() -> None:
     """GFLOP/s of one product in each arithmetic this CPU offers: square, and a 1,024-token chunk through SmolLM2's
     MLP up-projection (1,024 × 576 by 576 × 1,536); int8 is torch._int_mm (int8 × int8 → int32, oneDNN's VNNI or AMX
@@ -123,8 +147,9 @@ def rates() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("which", choices=("linear", "chain", "sdpa", "rates"))
-    {"linear": linear, "chain": chain, "sdpa": sdpa, "rates": rates}[parser.parse_args().which]()
+    parser.add_argument("which", choices=("linear", "chain", "sdpa", "one-query", "rates"))
+    {"linear": linear, "chain": chain, "sdpa": sdpa, "one-query": one_query,
+     "rates": rates}[parser.parse_args().which]()
 
 
 if __name__ == "__main__":
