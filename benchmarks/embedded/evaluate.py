@@ -198,6 +198,7 @@ def main() -> None:
     parser.add_argument("--chunk-size", type=int, default=DEFAULTS["chunk_size"])
     parser.add_argument("--stabilizers", type=int, default=DEFAULTS["stabilizers"])
     parser.add_argument("--score-pool", type=int, default=DEFAULTS["score_pool"])
+    parser.add_argument("--kv-bits", type=int, default=16, choices=(16, 8, 4), help="bits per cached key and value")
     parser.add_argument("--attributes", type=int, default=4, help="attribute facts per document (plus a pass key)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
@@ -229,7 +230,7 @@ def main() -> None:
     loaded = load_model(args.model, device=args.device, dtype=args.dtype)
     heads = load_heads(args.heads, loaded.model) if args.heads else RetainingHeads.for_model(loaded.model).eval()
     settings = ReadSettings(budget=args.budget, chunk_size=args.chunk_size, stabilizers=args.stabilizers,
-                            score_pool=args.score_pool)
+                            score_pool=args.score_pool, kv_bits=args.kv_bits)
     validation = args.split == "validation"
     packages = prose.TRAIN_PACKAGES if validation else prose.DEV_PACKAGES
     outcomes = evaluate(loaded, heads, parse_lengths(args.lengths), args.policies.split(","), args.documents,
@@ -240,7 +241,7 @@ def main() -> None:
                         args.possessive)
     answered = [o for o in outcomes if o.kind != "absent"]
     print(f"\n{loaded.dtype_reason}; budget {args.budget}, chunk {args.chunk_size}, stabilizers {args.stabilizers}, "
-          f"score pool {args.score_pool}, heads {args.heads or 'random'}, filler {args.filler}, "
+          f"score pool {args.score_pool}, {args.kv_bits}-bit cache, heads {args.heads or 'random'}, filler {args.filler}, "
           f"fragment {args.fragment}, {args.split} documents"
           + (f", statements kept in layers {args.keep_statements}" if args.keep_statements else "")
           + (", possessive attributes" if args.possessive else "") + "\n")

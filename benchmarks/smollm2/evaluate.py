@@ -142,7 +142,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     parser.add_argument("--runs", default="", help="comma-separated LENGTH:POLICY pairs")
     parser.add_argument("--model", default="smollm2")
-    for setting in ("budget", "chunk-size", "stabilizers", "score-pool", "span"):
+    parser.add_argument("--load-8bit", action="store_true", help="the model's linear weights in int8")
+    for setting in ("budget", "chunk-size", "stabilizers", "score-pool", "span", "kv-bits"):
         parser.add_argument(f"--{setting}", type=int, help="a read setting other than the model's recorded one")
     for setting in ("reread", "reread-tokens", "stop-repeats"):
         parser.add_argument(f"--{setting}", type=int, help="an answer setting other than the model's recorded one")
@@ -160,9 +161,9 @@ def main() -> None:
             json.dumps({"question": f.question, "expected": f.answer}) + "\n" for f in document.facts))
     if args.runs:
         paragraphs = prose.paragraphs(prose.DEV_PACKAGES, args.prose_packages)
-        session = load_session(args.model, device="cpu", dtype="bf16")
-        overrides = {name: getattr(args, name) for name in ("budget", "chunk_size", "stabilizers", "score_pool", "span")
-                     if getattr(args, name) is not None}
+        session = load_session(args.model, device="cpu", dtype="bf16", load_8bit=args.load_8bit)
+        overrides = {name: getattr(args, name) for name in ("budget", "chunk_size", "stabilizers", "score_pool", "span",
+                                                            "kv_bits") if getattr(args, name) is not None}
         for pair in args.runs.split(","):
             length, policy = pair.split(":")
             answer = {name: getattr(args, name) for name in ("reread", "reread_tokens", "stop_repeats", "locate")

@@ -98,6 +98,7 @@ class AskResult:
             "stabilizers": self.settings.stabilizers,
             "score_pool": self.settings.score_pool,
             "span": self.settings.span,
+            "kv_bits": self.settings.kv_bits,
             "positions": self.settings.positions,
             "policy": self.policy,
             "read_for": list(self.read_for),

@@ -23,6 +23,7 @@ from locret_cli import __version__
 from locret_cli.api.reading import DocumentInfo, Reading
 from locret_cli.core.cache import FIELDS
 from locret_cli.core.engine import Engine
+from locret_cli.core.kv_quant import parts
 from locret_cli.core.policies import Policy
 from locret_cli.core.settings import AnswerSettings, ReadSettings, names
 from locret_cli.core.sources import SourceMap
@@ -34,6 +35,12 @@ from locret_cli.models.fingerprint import heads_fingerprint, model_identity, tok
 FORMAT, VERSION = "locret-context", 1
 SUFFIX = ".locret"
 LAYER_TENSORS = FIELDS  # what each layer saves; unrotated keys are turned back again if the loaded keys ever move
+
+
+def layer_parts(kv_bits: int) -> list[str]:
+    """The stored tensors of each layer's LAYER_TENSORS at `kv_bits`: in 8 or 4 bits, codes and scales
+    (`core/kv_quant.py`), saved as held."""
+    return [part for name in LAYER_TENSORS for part in parts(name, kv_bits)]
 UNIT_TENSORS = ("starts", "first", "last")
 INPUT_IDS = "document.ids"  # every token read, for re-reading windows of it; files written before it lack it
 
@@ -63,8 +70,9 @@ def save_reading(reading: Reading, path: str | Path, heads=None, force: bool = F
     temporary file first, so a failed write leaves nothing half-written."""
     path = check_output(path, force, SUFFIX)
     engine = reading.engine
-    tensors = {f"layers.{i}.{name}": getattr(layer, name).contiguous().cpu()
-               for i, layer in enumerate(engine.cache.layers) for name in LAYER_TENSORS}
+    stored = layer_parts(engine.settings.kv_bits)
+    tensors = {f"layers.{i}.{name}": t.contiguous().cpu()
+               for i, layer in enumerate(engine.cache.layers) for name, t in layer.tensors().items() if name in stored}
     tensors["frequencies"] = engine.cache.frequencies.contiguous().cpu()
     for name in UNIT_TENSORS:
         tensors[f"units.{name}"] = torch.tensor(getattr(reading.source_map, name), dtype=torch.int64)
@@ -149,9 +157,11 @@ def load_reading(path: str | Path, model, tokenizer, model_name: str, heads=None
 
 def restore_cache(engine: Engine, tensors: dict[str, torch.Tensor], header: dict) -> None:
     device, dtype = engine.device, engine.model.dtype
+    engine.cache.dtype = dtype
     for i, layer in enumerate(engine.cache.layers):
-        loaded = {name: tensors[f"layers.{i}.{name}"].to(device) for name in LAYER_TENSORS}
-        layer.load({**loaded, "keys": loaded["keys"].to(dtype), "values": loaded["values"].to(dtype)})
+        loaded = {name: tensors[f"layers.{i}.{name}"].to(device) for name in layer_parts(engine.settings.kv_bits)}
+        layer.load({name: t.to(dtype) if name in ("keys", "values") and t.is_floating_point() else t
+                    for name, t in loaded.items()})
     engine.cache.frequencies = tensors["frequencies"].to(device)
     state = header["engine"]
     engine.seen, engine.document_tokens, engine.kept_tokens = state["seen"], state["document_tokens"], \

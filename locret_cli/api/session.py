@@ -158,7 +158,7 @@ class Session:
         hidden = self.heads.hidden if policy.name == "locret" and self.heads is not None else 0
         keys_move = (policy.evicts and settings.positions == "compact") or changes_with_length(
             rotary_module(self.loaded.model))
-        plan = plan_memory(self.loaded.model, entries, settings.chunk_size, hidden, keys_move)
+        plan = plan_memory(self.loaded.model, entries, settings.chunk_size, hidden, keys_move, settings.kv_bits)
         check_fits(plan, "budget" if policy.evicts else None)
 
 
@@ -171,25 +171,28 @@ def kept_ids(chunks: Iterable[TokenChunk], into: list[torch.Tensor]) -> Iterator
 
 def load_session(model: str | ModelSpec | None = None, heads: str | None = None, policy: str = "locret",
                  device: str = "auto", dtype: str = "auto", load_4bit: bool = False,
-                 trust_remote_code: bool = False, heads_required: bool = True) -> Session:
+                 trust_remote_code: bool = False, heads_required: bool = True, load_8bit: bool = False) -> Session:
     """Load a model and the heads the policy needs: a ModelSpec, or its fields as arguments (the embedded default
     when `model` is None). Heads come from `heads`, else those shipped for this model (`models/shipped.py`), whose
     recorded engine settings then become the defaults (for every policy). A session that only answers from saved
     contexts needs no heads: pass heads_required=False."""
     spec = model if isinstance(model, ModelSpec) else ModelSpec(model, heads, policy, device, dtype, load_4bit,
-                                                                 trust_remote_code)
+                                                                 load_8bit, trust_remote_code)
     if spec.arch is not None:
         from locret_cli.models.arch import random_session_parts
 
-        return Session(*random_session_parts(spec.arch, spec.device, spec.dtype), spec.policy)
+        if spec.load_4bit:
+            raise SettingError("{load_4bit} applies to {model}; {arch} builds its random weights in {dtype}")
+        return Session(*random_session_parts(spec.arch, spec.device, spec.dtype, spec.load_8bit), spec.policy)
     if spec.model is None:
         from locret_cli.models.embedded import load_embedded
 
-        if spec.load_4bit:
-            raise SettingError("{load_4bit} applies to {model}; the embedded model is already tiny")
+        if spec.load_4bit or spec.load_8bit:
+            raise SettingError("{load_4bit} and {load_8bit} apply to {model}; the embedded model is already tiny")
         loaded, embedded_heads = load_embedded(spec.device, spec.dtype)
         return Session(loaded, load_heads(spec.heads, loaded.model) if spec.heads else embedded_heads, spec.policy)
-    loaded = load_model(spec.model, spec.device, spec.dtype, spec.load_4bit, spec.trust_remote_code)
+    loaded = load_model(spec.model, spec.device, spec.dtype, spec.load_4bit, spec.trust_remote_code,
+                        load_8bit=spec.load_8bit)
     shipped = None if spec.heads else find_shipped(loaded.model)
     if shipped is not None:
         loaded.defaults = shipped.defaults

@@ -35,7 +35,7 @@ class WorkerSpec:
         """What the answers depend on, as given: rows made under another `run` are not this run's answers."""
         model = self.model
         return {"model": model.model, "heads": model.heads, "policy": model.policy, "dtype": model.dtype,
-                "load_4bit": model.load_4bit, **dict(sorted(self.settings.items()))}
+                "load_4bit": model.load_4bit, "load_8bit": model.load_8bit, **dict(sorted(self.settings.items()))}
 
 
 @dataclass

@@ -57,17 +57,20 @@ class BenchConfig:
     device: str = "auto"
     dtype: str = "auto"
     load_4bit: bool = False
+    load_8bit: bool = False  # int8 weights: with --arch too, the random weights quantized
     trust_remote_code: bool = False
     memory_limit_gb: float | None = None
 
     def model_spec(self, policy: str) -> ModelSpec:
         """The model each cell of `policy` loads."""
-        return ModelSpec(self.model, self.heads, policy, self.device, self.dtype, self.load_4bit,
+        return ModelSpec(self.model, self.heads, policy, self.device, self.dtype, self.load_4bit, self.load_8bit,
                          self.trust_remote_code, self.arch)
 
     def checked(self) -> "BenchConfig":
         if self.model and self.arch:
             raise SettingError("choose {model} or {arch}, not both")
+        if self.load_4bit and self.load_8bit:
+            raise SettingError("choose {load_4bit} or {load_8bit}, not both")
         if self.arch and self.load_4bit:
             raise SettingError("{load_4bit} applies to {model}; {arch} builds its random weights in {dtype}")
         if self.arch and self.arch not in PRESETS:

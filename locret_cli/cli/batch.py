@@ -32,11 +32,11 @@ def batch(
     model: options.Model = None, heads: options.Heads = None, policy: options.PolicyName = None,
     budget: options.Budget = None,
     chunk_size: options.ChunkSize = None, stabilizers: options.Stabilizers = None, positions: options.Positions = None,
-    score_pool: options.ScorePool = None, span: options.Span = None, max_new_tokens: options.MaxNewTokens = None,
+    score_pool: options.ScorePool = None, span: options.Span = None, kv_bits: options.KvBits = None, max_new_tokens: options.MaxNewTokens = None,
     stop_repeats: options.StopRepeats = None, reread: options.Reread = None,
     reread_tokens: options.RereadTokens = None, locate: options.Locate = None, strict: options.Strict = None, temperature: options.Temperature = 0.0,
     top_p: options.TopP = 1.0, seed: options.Seed = 0, device: options.Device = "auto", dtype: options.Dtype = "auto",
-    load_4bit: options.Load4bit = False, trust_remote_code: options.TrustRemoteCode = False,
+    load_4bit: options.Load4bit = False, load_8bit: options.Load8bit = False, trust_remote_code: options.TrustRemoteCode = False,
     no_sources: Annotated[bool, typer.Option("--no-sources", help="Do not work out which pages each answer drew on.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the run's summary as one JSON document on stdout.")] = False,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="No progress bar and no summary table.")] = False,
@@ -55,11 +55,12 @@ def batch(
     if save_contexts and not Path(save_contexts).is_dir():
         raise LocretError(f"--save-contexts {save_contexts} is not a directory")
     jobs = expand_inputs(inputs, questions_file, exclude=(out,))
-    given = options.read_given(budget, chunk_size, stabilizers, positions, score_pool, span)
+    given = options.read_given(budget, chunk_size, stabilizers, positions, score_pool, span, kv_bits)
     given.update(options.answer_given(max_new_tokens, temperature, top_p, seed, stop_repeats, reread,
                                                      reread_tokens, locate, strict))
     local_workers = workers or (None if ray else default_workers(device))
-    model_spec = ModelSpec(model, heads, policy or "locret", device, dtype, load_4bit, trust_remote_code)
+    model_spec = ModelSpec(model, heads, policy or "locret", device, dtype, load_4bit, load_8bit=load_8bit,
+                           trust_remote_code=trust_remote_code)
     spec = WorkerSpec(model_spec, given, not no_sources,
                       str(Path(save_contexts).resolve()) if save_contexts else None,
                       threads or (None if ray else max(1, usable_cores() // local_workers)))

@@ -33,7 +33,7 @@ def cost_table(result: AskResult) -> Table:
         ("budget / chunk / stabilizers", f"{s.budget:,} / {s.chunk_size:,} / {s.stabilizers:,}"),
         ("tokens kept in the cache (per head)", f"{result.cache_kept_tokens:,}"),
         ("KV cache peak tokens (per head)", f"{result.cache_peak_tokens:,}"),
-        ("KV cache peak", human_bytes(result.cache_peak_bytes)),
+        ("KV cache peak", human_bytes(result.cache_peak_bytes) + (f" ({s.kv_bits}-bit)" if s.kv_bits < 16 else "")),
         ("full cache would need", f"{human_bytes(result.full_cache_bytes)} ({saved:,.1f}x)"),
         (f"peak memory ({result.memory_device})", human_bytes(result.memory_peak_bytes)),
         ("prefill tokens/s", f"{result.prefill_tokens_per_s:,.1f}"),

@@ -12,7 +12,11 @@ Each layer holds, per KV head, n entries:
 Heads select independently, so the same slot may hold different tokens in different heads; every head always holds
 the same number of entries, which keeps the model's attention mask valid.
 
-The tensors are views of buffers allocated once, with room for budget + chunk + question + answer entries
+With `kv_bits` 8 or 4, keys, values and unrotated keys are held quantized, each entry and head with its own scale
+(`kv_quant.py`): they are written as codes and read back in the model's dtype, and eviction gathers the codes and
+scales as it gathers every other field, so what is kept is never rounded twice.
+
+The tensors are views of buffers (`cache_buffers.py`) allocated once, with room for budget + chunk + question + answer entries
 (`LocretCache.reserve`), and written in place, as gpt-fast's static cache is: appending a decoded token copies one
 entry, not the whole cache. `LocretCache.evict` is the one place entries are dropped; it gathers all fields with the
 same indices.
@@ -29,6 +33,8 @@ import copy
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
+from locret_cli.core.cache_buffers import Buffers
+from locret_cli.core.kv_quant import MINIMUM, SCALE, decode, encode, parts
 from locret_cli.core.profile_marks import CACHE_UPDATE, REROTATE, SELECT, mark
 from locret_cli.core.rope import AngleTable, rotate
 from locret_cli.errors import LocretError
@@ -37,40 +43,12 @@ FIELDS = ("keys", "values", "scores", "positions", "origins")  # every entry's; 
 UNROTATED = "unrotated"  # added once keys first move
 
 
-class Buffers:
-    """One layer's preallocated tensors, (B, kv_heads, capacity[, head_dim]) each, shared by a cache and its forks.
-
-    The first `shared` entries are held by more than one cache and are read-only; `tail_owner` is the cache whose
-    entries lie past them."""
-
-    def __init__(self, tensors: dict[str, torch.Tensor]):
-        self.tensors, self.shared, self.tail_owner = tensors, 0, None
-        self.entry_bytes = self._entry_bytes()
-
-    def _entry_bytes(self) -> int:
-        return sum(t.numel() // t.shape[2] * t.element_size() for t in self.tensors.values())
-
-    def add(self, name: str, like: torch.Tensor) -> None:
-        """A new field shaped and typed like `like` (B, kv_heads, n[, head_dim]), as long as the others."""
-        self.tensors[name] = like.new_empty(like.shape[:2] + (self.capacity,) + like.shape[3:])
-        self.entry_bytes = self._entry_bytes()
-
-    @property
-    def capacity(self) -> int:
-        return self.tensors["keys"].shape[2]
-
-    @classmethod
-    def allocate(cls, like: dict[str, torch.Tensor], capacity: int) -> "Buffers":
-        """Empty buffers shaped and typed like `like`'s tensors (B, kv_heads, n[, head_dim]), `capacity` long."""
-        return cls({name: t.new_empty(t.shape[:2] + (capacity,) + t.shape[3:]) for name, t in like.items()})
-
-
 def _entries(name: str) -> property:
     def view(layer: "ScoredLayer") -> torch.Tensor | None:
-        return None if layer.buffers is None else layer.buffers.tensors[name].narrow(2, 0, layer.length)
+        return None if layer.buffers is None else layer.field(name)
 
-    return property(view, doc=f"The {name} of the layer's entries: a view of its buffer, or None before the first "
-                              "update.")
+    return property(view, doc=f"The {name} of the layer's entries: a view of its buffer (dequantized, in 8 or 4 "
+                              "bits), or None before the first update.")
 
 
 class ScoredLayer(CacheLayerMixin):
@@ -86,15 +64,23 @@ class ScoredLayer(CacheLayerMixin):
         self.staged_positions = self.staged_origins = self.staged_scores = None
 
     def tensors(self) -> dict[str, torch.Tensor]:
-        """Every per-entry tensor by name (empty before the first update)."""
-        return {} if self.buffers is None else {name: getattr(self, name) for name in self.buffers.tensors}
+        """Every per-entry tensor as stored, by name (a quantized field's parts apart; empty before the first
+        update)."""
+        return {} if self.buffers is None else {name: t.narrow(2, 0, self.length)
+                                                 for name, t in self.buffers.tensors.items()}
+
+    def field(self, name: str, start: int = 0) -> torch.Tensor:
+        """Field `name` of entries start.. (B, kv_heads, n - start[, head_dim]): a view, or dequantized."""
+        bits = self.cache.kv_bits
+        stored = {part: self.buffers.tensors[part].narrow(2, start, self.length - start) for part in parts(name, bits)}
+        return decode(name, stored, bits, self.cache.dtype)
 
     def unrotated_keys(self, frequencies: torch.Tensor) -> torch.Tensor:
         """Give every entry its unrotated key, turning back those appended since the last call with `frequencies`
         (rotary_dim / 2,), the ones they were rotated with; returns them all (B, kv_heads, n, head_dim)."""
         if self.anchored < self.length:
             cos, sin = self.cache.angles(self.positions[:, :, self.anchored:], frequencies)
-            self._write({UNROTATED: rotate(self.keys[:, :, self.anchored:], cos, -sin)}, start=self.anchored)
+            self._write({UNROTATED: rotate(self.field("keys", self.anchored), cos, -sin)}, start=self.anchored)
             self.anchored = self.length
         return self.unrotated
 
@@ -120,14 +106,15 @@ class ScoredLayer(CacheLayerMixin):
         with mark(CACHE_UPDATE):
             new = key_states.shape[2]
             scores, self.staged_scores = self.staged_scores, None
+            self.cache.dtype = key_states.dtype
+            stored = {**self.cache.encoded("keys", key_states), **self.cache.encoded("values", value_states)}
             if self.buffers is None:
                 self.is_initialized = True
-                self.buffers = Buffers.allocate(self._first_entries(key_states, value_states, scores),
-                                                self.cache.room_for(new, 0))
+                self.buffers = Buffers.allocate(self._first_entries(stored, scores), self.cache.room_for(new, 0))
             self._own_tail(self.length + new)
             buffers, start = self.buffers.tensors, self.length
-            buffers["keys"].narrow(2, start, new).copy_(key_states)
-            buffers["values"].narrow(2, start, new).copy_(value_states)
+            for part, t in stored.items():
+                buffers[part].narrow(2, start, new).copy_(t)
             buffers["positions"].narrow(2, start, new).copy_(self.staged_positions.view(1, 1, new))
             buffers["origins"].narrow(2, start, new).copy_(self.staged_origins.view(1, 1, new))
             if scores is None:
@@ -137,13 +124,13 @@ class ScoredLayer(CacheLayerMixin):
             self.length += new
             return self.keys, self.values
 
-    def _first_entries(self, key_states, value_states, scores) -> dict[str, torch.Tensor]:
-        """The five fields of the first appended entries, to allocate buffers like."""
-        batch, heads, new, _ = key_states.shape
+    def _first_entries(self, stored: dict[str, torch.Tensor], scores) -> dict[str, torch.Tensor]:
+        """The five fields of the first appended entries (keys and values as stored), to allocate buffers like."""
+        batch, heads, new = stored["keys"].shape[:3]
         index = self.staged_positions.view(1, 1, new).expand(batch, heads, new)
         if scores is None:
-            scores = key_states.new_empty(batch, heads, new, dtype=torch.float32)
-        return {"keys": key_states, "values": value_states, "scores": scores, "positions": index, "origins": index}
+            scores = index.new_empty(batch, heads, new, dtype=torch.float32)
+        return {**stored, "scores": scores, "positions": index, "origins": index}
 
     def load(self, tensors: dict[str, torch.Tensor]) -> None:
         """Hold exactly `tensors` (the five, as `tensors()` returns them): a saved context's entries."""
@@ -160,14 +147,16 @@ class ScoredLayer(CacheLayerMixin):
             self.unrotated_keys(self.cache.frequencies)
         fields = self.tensors()
         if moved_to is not None:  # the keys are made again from the unrotated ones, and the positions are given
-            del fields["keys"], fields["positions"]
+            for name in (*parts("keys", self.cache.kv_bits), "positions"):
+                del fields[name]
         gathered = {name: t.gather(2, keep if t.dim() == 3 else keep.unsqueeze(-1).expand(-1, -1, -1, t.shape[-1]))
                     for name, t in fields.items()}
         if moved_to is not None:
             gathered["positions"] = moved_to.to(self.positions)
             with mark(REROTATE):
                 cos, sin = self.cache.angles(gathered["positions"], self.cache.frequencies)
-                gathered["keys"] = rotate(gathered[UNROTATED], cos, sin)
+                unrotated = decode(UNROTATED, gathered, self.cache.kv_bits, self.cache.dtype)
+                gathered.update(self.cache.encoded("keys", rotate(unrotated, cos, sin)))
         self.length = keep.shape[-1]
         self.anchored = min(self.anchored, self.length)
         self._write(gathered)
@@ -182,14 +171,15 @@ class ScoredLayer(CacheLayerMixin):
         self._write({name: tensor})
 
     def _write(self, tensors: dict[str, torch.Tensor], start: int = 0) -> None:
-        """Write entries start.. of some fields (B, kv_heads, k[, head_dim]), first taking a private copy if
-        entries are shared."""
+        """Write entries start.. of some fields (B, kv_heads, k[, head_dim]), as values or as stored parts, first
+        taking a private copy if entries are shared."""
         if self.buffers.shared > 0:
             self._private_copy(self.buffers.capacity)
         for name, t in tensors.items():
-            if name not in self.buffers.tensors:
-                self.buffers.add(name, t)
-            self.buffers.tensors[name].narrow(2, start, t.shape[2]).copy_(t)
+            for part, stored in self.cache.encoded(name, t).items():
+                if part not in self.buffers.tensors:
+                    self.buffers.add(part, stored)
+                self.buffers.tensors[part].narrow(2, start, stored.shape[2]).copy_(stored)
 
     def _own_tail(self, needed: int) -> None:
         """Make this cache the one that may write entries length..needed-1, growing or copying if it must."""
@@ -213,14 +203,23 @@ class ScoredLayer(CacheLayerMixin):
 class LocretCache(Cache):
     """One ScoredLayer per decoder layer, plus the bookkeeping the engine reports."""
 
-    def __init__(self, num_layers: int, reserved: int = 0, step: int = 256):
+    def __init__(self, num_layers: int, reserved: int = 0, step: int = 256, kv_bits: int = 16):
         super().__init__(layers=[ScoredLayer(self) for _ in range(num_layers)])
+        self.kv_bits = kv_bits  # 16: keys and values as the model makes them; 8 or 4: quantized (`kv_quant.py`)
+        self.dtype: torch.dtype | None = None  # what quantized keys and values are read back in: the model's
         self.reserved = reserved  # entries each layer's buffers may grow to before they are needed
         self.step = step  # past the reservation, buffers grow by at least this many entries (a chunk)
         self.frequencies: torch.Tensor | None = None  # inverse frequencies the cached keys are rotated with
         self.angles = AngleTable()  # cos and sin of the positions keys move to and from
         self.peak_tokens = 0
         self.peak_bytes = 0
+
+    def encoded(self, name: str, values: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Field `name`'s `values` as stored: quantized when this cache holds it in 8 or 4 bits and they are not
+        stored parts already (gathered, or loaded from a file)."""
+        if not values.is_floating_point() or name.endswith((SCALE, MINIMUM)):
+            return {name: values}
+        return encode(name, values, self.kv_bits)
 
     def room_for(self, needed: int, capacity: int) -> int:
         """The capacity to allocate for `needed` entries, growing from `capacity`: within the reservation, twice what

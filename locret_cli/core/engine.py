@@ -86,7 +86,7 @@ class Engine:
         room = settings.budget + settings.chunk_size + QUESTION_ALLOWANCE + answering.max_new_tokens
         room = room if policy.evicts else 0
         self.cache = LocretCache(model.config.get_text_config(decoder=True).num_hidden_layers, reserved=room,
-                                 step=settings.chunk_size)
+                                 step=settings.chunk_size, kv_bits=settings.kv_bits)
         self.seen = 0  # tokens of input consumed so far
         self.document_tokens = self.kept_tokens = 0
         self.generator = torch.Generator(device="cpu").manual_seed(answering.seed)

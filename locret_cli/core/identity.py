@@ -11,6 +11,8 @@ import torch
 
 from locret_cli.core.shape import ModelShape
 
+ROW_SCALE = "_scale"  # an int8 weight's per-row scales are the buffer of its name with this suffix
+
 SAMPLES = 1024
 SAME_MODEL = 0.95  # lowest cosine, over the sampled tensors, of the same weights in another precision
 
@@ -28,23 +30,28 @@ def sample_index(numel: int) -> torch.Tensor:
     return torch.arange(SAMPLES) * (numel - 1) // (SAMPLES - 1)
 
 
-def sampled_values(param: torch.Tensor) -> list[float]:
+def sampled_values(param: torch.Tensor, row_scale: torch.Tensor | None = None) -> list[float]:
     """SAMPLES values of `param` at evenly spaced flat indices of its logical shape. Plain weights are indexed where
-    they lie, so an 8B model's embeddings are never copied; 4-bit (bitsandbytes) weights are dequantized first."""
+    they lie, so an 8B model's embeddings are never copied; 4-bit (bitsandbytes) weights are dequantized first, and
+    int8 weights (`models/int8_linear.py`) are multiplied by their `row_scale` (out,) where sampled."""
     state = getattr(param, "quant_state", None)
     if state is not None:
         import bitsandbytes.functional as bnbf
 
         param = bnbf.dequantize_4bit(param.data, state)
     flat = param.detach().reshape(-1)
-    return [round(float(v), 6) for v in flat[sample_index(flat.numel()).to(flat.device)].float().cpu()]
+    index = sample_index(flat.numel()).to(flat.device)
+    values = flat[index].float()
+    if row_scale is not None:
+        values = values * row_scale.detach().float()[index // param.shape[-1]]
+    return [round(float(v), 6) for v in values.cpu()]
 
 
 def weight_samples(model) -> dict[str, list[float]]:
     """{tensor name: sampled values}, for the sampled tensors this model has."""
-    params = dict(model.named_parameters())
+    tensors = dict(model.named_parameters()) | dict(model.named_buffers())
     wanted = sampled_tensors(ModelShape.from_config(model.config))
-    return {name: sampled_values(params[name]) for name in wanted if name in params}
+    return {name: sampled_values(tensors[name], tensors.get(name + ROW_SCALE)) for name in wanted if name in tensors}
 
 
 def similarity(model, recorded: dict[str, list[float]]) -> float:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from locret_cli.core.heads import compute_dtype
+from locret_cli.core.kv_quant import entry_bytes
 from locret_cli.core.policies.attention import QUERY_BLOCK
 from locret_cli.core.shape import ModelShape
 from locret_cli.errors import SettingError
@@ -69,10 +70,10 @@ class MemoryPlan:
 
 
 def plan_memory(model, cache_entries: int, chunk_tokens: int, head_hidden: int = 0,
-                keys_move: bool = False) -> MemoryPlan:
+                keys_move: bool = False, kv_bits: int = 16) -> MemoryPlan:
     """Estimate a run whose cache peaks at `cache_entries` per KV head and that prefills `chunk_tokens` at a time.
 
-    The estimate counts the cache (2 · head_dim elements plus a float32 score, an int32 position and an int32 origin
+    The estimate counts the cache (2 · head_dim elements, or their 8- or 4-bit codes and scales, plus a float32 score, an int32 position and an int32 origin
     per entry, and head_dim more when `keys_move`: the unrotated keys of cache.py), and for one chunk: hidden
     states and residuals (4 · hidden), the MLP (3 · intermediate), q/k/v before and after RoPE, the retaining
     heads' inputs and hidden layer (`head_hidden`), keys and values expanded to every query head, and one block of
@@ -81,7 +82,7 @@ def plan_memory(model, cache_entries: int, chunk_tokens: int, head_hidden: int =
     shape = ModelShape.from_config(model.config)
     config = model.config.get_text_config(decoder=True)
     element = torch.empty(0, dtype=compute_dtype(model)).element_size()
-    per_entry = (3 if keys_move else 2) * shape.head_dim * element + 12
+    per_entry = (3 if keys_move else 2) * entry_bytes(shape.head_dim, element, kv_bits) + 12
     cache = shape.layers * shape.kv_heads * cache_entries * per_entry
     intermediate = getattr(config, "intermediate_size", None) or 4 * shape.hidden_size
     per_token = (4 * shape.hidden_size + 3 * intermediate + 2 * shape.qkv_width) * element

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 
+from locret_cli.core.kv_quant import KV_BITS
 from locret_cli.errors import SettingError
 
 POSITION_MODES = ("compact", "original")
@@ -23,6 +24,7 @@ class ReadSettings:
     positions: str = "compact"
     score_pool: int = 1  # locret: max-pool scores over this many neighbouring tokens (`LocretPolicy`)
     span: int = 1  # entries kept or dropped in blocks of this many document tokens (`policies.select`); 1: singly
+    kv_bits: int = 16  # keys and values held as the model makes them (16), or quantized per entry to 8 or 4 bits
 
     def checked(self, warn: Callable[[str], None] = lambda _: None) -> "ReadSettings":
         """These settings made valid: bad values raise SettingError; stabilizers >= budget are clipped to
@@ -36,6 +38,8 @@ class ReadSettings:
             raise SettingError("{span} must be positive, got {value}", value=self.span)
         if self.score_pool < 1 or self.score_pool % 2 == 0:
             raise SettingError("{score_pool} must be a positive odd number, got {value}", value=self.score_pool)
+        if self.kv_bits not in KV_BITS:
+            raise SettingError("{kv_bits} must be 16, 8 or 4, got {value}", value=self.kv_bits)
         if self.positions not in POSITION_MODES:
             raise SettingError("{positions} must be compact or original, got {value!r}", value=self.positions)
         if self.stabilizers >= self.budget:

@@ -12,6 +12,7 @@ from transformers import AutoModelForCausalLM, GenerationConfig, LlamaConfig, Ph
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.errors import LocretError
 from locret_cli.inputs.tokenizer import TiktokenTokenizer
+from locret_cli.models.int8_linear import quantize_linears
 from locret_cli.models.loading import LoadedModel, choose_dtype, resolve_device
 
 PRESETS = {
@@ -74,13 +75,18 @@ def random_model(preset: str, dtype: torch.dtype = torch.float32, seed: int = 0)
     return model
 
 
-def random_session_parts(preset: str, device: str = "auto", dtype: str = "auto") -> tuple[LoadedModel, RetainingHeads]:
-    """A random-weights model of `preset`'s shape on `device`, a byte-level tokenizer and random heads: the parts of a
-    session that measures speed and memory without downloading anything."""
+def random_session_parts(preset: str, device: str = "auto", dtype: str = "auto",
+                         load_8bit: bool = False) -> tuple[LoadedModel, RetainingHeads]:
+    """A random-weights model of `preset`'s shape on `device` (its linear weights in int8 with `load_8bit`), a
+    byte-level tokenizer and random heads: the parts of a session that measures speed and memory without downloading
+    anything."""
     where = resolve_device(device)
     chosen = choose_dtype(dtype, where)
     model = random_model(preset, chosen.dtype).to(where)
+    if load_8bit:
+        quantize_linears(model)
     torch.manual_seed(0)
     heads = RetainingHeads.for_model(model).to(device=where, dtype=model.dtype).eval()
-    loaded = LoadedModel(model, TiktokenTokenizer.byte_level(), f"{preset} shape, random weights", {}, chosen.reason)
+    reason = chosen.reason + ("; linear weights in int8" if load_8bit else "")
+    loaded = LoadedModel(model, TiktokenTokenizer.byte_level(), f"{preset} shape, random weights", {}, reason)
     return loaded, heads

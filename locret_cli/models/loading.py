@@ -1,4 +1,5 @@
-"""Loading a model and tokenizer from the Hub or a local directory, with the user's device, dtype and 4-bit choice."""
+"""Loading a model and tokenizer from the Hub or a local directory, with the user's device, dtype and 4- or 8-bit
+choice."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from locret_cli.core.rope import check_supported
 from locret_cli.errors import LocretError, SettingError
 from locret_cli.inputs.tokenizer import TIKTOKEN_FILE, TiktokenTokenizer
 from locret_cli.models.dtype_probe import DtypeChoice, measured_cpu_dtype
+from locret_cli.models.int8_linear import quantize_linears
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -69,13 +71,17 @@ def load_model(
     dtype: str = "auto",
     load_4bit: bool = False,
     trust_remote_code: bool = False,
+    load_8bit: bool = False,
 ) -> LoadedModel:
     """Load a causal LM and its tokenizer by Hub id, local directory, GGUF file or known short name
-    (`models/named.py`), and check locret can drive it."""
+    (`models/named.py`), and check locret can drive it. `load_4bit`: bitsandbytes nf4 weights; `load_8bit`: every
+    linear layer's weights in int8 (`models/int8_linear.py`), from any source, GGUF files included."""
     from transformers import AutoModelForCausalLM
 
     from locret_cli.models import gguf, named
 
+    if load_4bit and load_8bit:
+        raise SettingError("choose {load_4bit} or {load_8bit}, not both")
     torch_device = resolve_device(device)
     choice = choose_dtype(dtype, torch_device)
     torch_dtype = choice.dtype
@@ -89,7 +95,7 @@ def load_model(
             model, tokenizer = gguf.load(Path(source), torch_dtype, trust_remote_code)
         except (OSError, ValueError) as exc:
             raise LocretError(_explain_load_failure(source, exc)) from None
-        return _checked(model.to(torch_device), tokenizer, name, choice.reason)
+        return _checked(model.to(torch_device), tokenizer, name, choice.reason, load_8bit)
     kwargs: dict = {"dtype": torch_dtype, "trust_remote_code": trust_remote_code, "attn_implementation": "sdpa"}
     if load_4bit:
         if importlib.util.find_spec("bitsandbytes") is None:
@@ -105,11 +111,14 @@ def load_model(
         model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
     except (OSError, ValueError) as exc:
         raise LocretError(_explain_load_failure(source, exc)) from None
-    return _checked(model if load_4bit else model.to(torch_device), tokenizer, name, choice.reason)
+    return _checked(model if load_4bit else model.to(torch_device), tokenizer, name, choice.reason, load_8bit)
 
 
-def _checked(model, tokenizer, name: str, dtype_reason: str) -> LoadedModel:
+def _checked(model, tokenizer, name: str, dtype_reason: str, load_8bit: bool = False) -> LoadedModel:
     model.eval()
+    if load_8bit:
+        quantize_linears(model)
+        dtype_reason += "; linear weights in int8"
     check_supported(model.config)
     check_projections(model)
     return LoadedModel(model, tokenizer, name, {}, dtype_reason)

@@ -18,6 +18,7 @@ class ModelSpec:
     device: str = "auto"
     dtype: str = "auto"
     load_4bit: bool = False
+    load_8bit: bool = False
     trust_remote_code: bool = False
     arch: str | None = None
 
