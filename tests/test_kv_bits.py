@@ -62,8 +62,8 @@ def test_the_cache_holds_codes_reads_values_and_evicts_the_same_entries(bits):
     exact.evict(0, keep)
     quantized.evict(0, keep)
     assert torch.equal(layer.origins, exact.layers[0].origins) and torch.equal(layer.scores, exact.layers[0].scores)
-    assert torch.equal(layer.keys, decode("keys", encode("keys", values.gather(2, keep[..., None].expand(-1, -1, -1, 8)),
-                                                         bits), bits, torch.float32))
+    kept = values.gather(2, keep[..., None].expand(-1, -1, -1, 8))
+    assert torch.equal(layer.keys, decode("keys", encode("keys", kept, bits), bits, torch.float32))
     assert layer.nbytes() == 4 * 2 * (2 * entry_bytes(8, 4, bits) + 12)  # entries x heads x (key, value, 3 exact)
 
 

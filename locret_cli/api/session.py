@@ -21,6 +21,7 @@ from locret_cli.inputs.documents import Document, open_document, token_chunks
 from locret_cli.inputs.prompt import conversation_ids, prompt_layout, stop_token_ids
 from locret_cli.inputs.questions import check_question
 from locret_cli.models.loading import LoadedModel, load_model
+from locret_cli.models.offload import check_cap
 from locret_cli.models.packed_linear import pack_if_room
 from locret_cli.models.shipped import find_shipped
 from locret_cli.models.spec import ModelSpec
@@ -160,6 +161,8 @@ class Session:
             rotary_module(self.loaded.model))
         plan = plan_memory(self.loaded.model, entries, settings.chunk_size, hidden, keys_move, settings.kv_bits)
         check_fits(plan, "budget" if policy.evicts else None)
+        if self.loaded.memory_cap is not None:
+            check_cap(self.loaded.model, self.loaded.memory_cap, plan.cache_bytes)
 
 
 def kept_ids(chunks: Iterable[TokenChunk], into: list[torch.Tensor]) -> Iterator[TokenChunk]:
@@ -171,28 +174,31 @@ def kept_ids(chunks: Iterable[TokenChunk], into: list[torch.Tensor]) -> Iterator
 
 def load_session(model: str | ModelSpec | None = None, heads: str | None = None, policy: str = "locret",
                  device: str = "auto", dtype: str = "auto", load_4bit: bool = False,
-                 trust_remote_code: bool = False, heads_required: bool = True, load_8bit: bool = False) -> Session:
+                 trust_remote_code: bool = False, heads_required: bool = True, load_8bit: bool = False,
+                 max_memory: str | None = None) -> Session:
     """Load a model and the heads the policy needs: a ModelSpec, or its fields as arguments (the embedded default
     when `model` is None). Heads come from `heads`, else those shipped for this model (`models/shipped.py`), whose
     recorded engine settings then become the defaults (for every policy). A session that only answers from saved
     contexts needs no heads: pass heads_required=False."""
     spec = model if isinstance(model, ModelSpec) else ModelSpec(model, heads, policy, device, dtype, load_4bit,
-                                                                 load_8bit, trust_remote_code)
+                                                                 load_8bit, trust_remote_code, max_memory=max_memory)
     if spec.arch is not None:
         from locret_cli.models.arch import random_session_parts
 
-        if spec.load_4bit:
-            raise SettingError("{load_4bit} applies to {model}; {arch} builds its random weights in {dtype}")
+        if spec.load_4bit or spec.max_memory:
+            raise SettingError("{load_4bit} and {max_memory} apply to {model}; {arch} builds its random weights in "
+                               "memory, in {dtype}")
         return Session(*random_session_parts(spec.arch, spec.device, spec.dtype, spec.load_8bit), spec.policy)
     if spec.model is None:
         from locret_cli.models.embedded import load_embedded
 
-        if spec.load_4bit or spec.load_8bit:
-            raise SettingError("{load_4bit} and {load_8bit} apply to {model}; the embedded model is already tiny")
+        if spec.load_4bit or spec.load_8bit or spec.max_memory:
+            raise SettingError("{load_4bit}, {load_8bit} and {max_memory} apply to {model}; the embedded model is "
+                               "already tiny")
         loaded, embedded_heads = load_embedded(spec.device, spec.dtype)
         return Session(loaded, load_heads(spec.heads, loaded.model) if spec.heads else embedded_heads, spec.policy)
     loaded = load_model(spec.model, spec.device, spec.dtype, spec.load_4bit, spec.trust_remote_code,
-                        load_8bit=spec.load_8bit)
+                        load_8bit=spec.load_8bit, max_memory=spec.max_memory)
     shipped = None if spec.heads else find_shipped(loaded.model)
     if shipped is not None:
         loaded.defaults = shipped.defaults

@@ -74,4 +74,4 @@ def main() -> None:
     app()
 
 
-from locret_cli.cli import ask, batch, bench, chat, train  # noqa: E402,F401  registers the commands on `app`
+from locret_cli.cli import ask, batch, bench, chat, convert, train  # noqa: E402,F401  registers the commands on `app`

@@ -28,6 +28,7 @@ def read(
     chunk_size: options.ChunkSize = None, stabilizers: options.Stabilizers = None, positions: options.Positions = None,
     score_pool: options.ScorePool = None, span: options.Span = None, kv_bits: options.KvBits = None, device: options.Device = "auto",
     dtype: options.Dtype = "auto", load_4bit: options.Load4bit = False, load_8bit: options.Load8bit = False,
+    max_memory: options.MaxMemory = None,
     trust_remote_code: options.TrustRemoteCode = False, encoding: options.Encoding = None,
     kept_map: options.KeptMap = None,
     questions: Annotated[Optional[list[str]], typer.Option("-Q", "--question", help="A question to read the document for (policy finch); repeat for several. Other policies ignore it.")] = None,
@@ -50,7 +51,7 @@ def read(
     if kept_map:
         check_output(kept_map, force, ".png")
     spec = ModelSpec(model, heads, policy, device, dtype, load_4bit, load_8bit=load_8bit,
-                     trust_remote_code=trust_remote_code)
+                     trust_remote_code=trust_remote_code, max_memory=max_memory)
     read_settings = options.read_given(budget, chunk_size, stabilizers, positions, score_pool, span, kv_bits)
     read_for = (questions or []) + (load_questions(questions_file) if questions_file else [])
     for text in read_for:
@@ -86,7 +87,8 @@ def ask(
     stop_repeats: options.StopRepeats = None, reread: options.Reread = None,
     reread_tokens: options.RereadTokens = None, locate: options.Locate = None, strict: options.Strict = None, temperature: options.Temperature = 0.0,
     top_p: options.TopP = 1.0, seed: options.Seed = 0, device: options.Device = "auto", dtype: options.Dtype = "auto",
-    load_4bit: options.Load4bit = False, load_8bit: options.Load8bit = False, trust_remote_code: options.TrustRemoteCode = False, encoding: options.Encoding = None,
+    load_4bit: options.Load4bit = False, load_8bit: options.Load8bit = False,
+    max_memory: options.MaxMemory = None, trust_remote_code: options.TrustRemoteCode = False, encoding: options.Encoding = None,
     force: options.Force = False, kept_map: options.KeptMap = None,
     no_sources: Annotated[bool, typer.Option("--no-sources", help="Do not work out which pages each answer drew on.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout (all the answers) and nothing else.")] = False,
@@ -111,7 +113,7 @@ def ask(
     if kept_map:
         check_output(kept_map, False, ".png")
     spec = ModelSpec(model, heads, policy, device, dtype, load_4bit, load_8bit=load_8bit,
-                     trust_remote_code=trust_remote_code)
+                     trust_remote_code=trust_remote_code, max_memory=max_memory)
     read_settings = options.read_given(budget, chunk_size, stabilizers, positions, score_pool, span, kv_bits)
     answer_settings = options.answer_given(max_new_tokens, temperature, top_p, seed, stop_repeats, reread,
                                                      reread_tokens, locate, strict)

@@ -36,7 +36,8 @@ def batch(
     stop_repeats: options.StopRepeats = None, reread: options.Reread = None,
     reread_tokens: options.RereadTokens = None, locate: options.Locate = None, strict: options.Strict = None, temperature: options.Temperature = 0.0,
     top_p: options.TopP = 1.0, seed: options.Seed = 0, device: options.Device = "auto", dtype: options.Dtype = "auto",
-    load_4bit: options.Load4bit = False, load_8bit: options.Load8bit = False, trust_remote_code: options.TrustRemoteCode = False,
+    load_4bit: options.Load4bit = False, load_8bit: options.Load8bit = False,
+    max_memory: options.MaxMemory = None, trust_remote_code: options.TrustRemoteCode = False,
     no_sources: Annotated[bool, typer.Option("--no-sources", help="Do not work out which pages each answer drew on.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the run's summary as one JSON document on stdout.")] = False,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="No progress bar and no summary table.")] = False,
@@ -60,7 +61,7 @@ def batch(
                                                      reread_tokens, locate, strict))
     local_workers = workers or (None if ray else default_workers(device))
     model_spec = ModelSpec(model, heads, policy or "locret", device, dtype, load_4bit, load_8bit=load_8bit,
-                           trust_remote_code=trust_remote_code)
+                           trust_remote_code=trust_remote_code, max_memory=max_memory)
     spec = WorkerSpec(model_spec, given, not no_sources,
                       str(Path(save_contexts).resolve()) if save_contexts else None,
                       threads or (None if ray else max(1, usable_cores() // local_workers)))

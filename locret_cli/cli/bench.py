@@ -36,6 +36,7 @@ def bench(
     dtype: options.Dtype = "auto",
     load_4bit: options.Load4bit = False,
     load_8bit: options.Load8bit = False,
+    max_memory: options.MaxMemory = None,
     trust_remote_code: options.TrustRemoteCode = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document {config, rows} on stdout and nothing else.")] = False,
     csv_path: Annotated[Optional[str], typer.Option("--csv", help="Also write the rows as CSV here (config beside it).")] = None,
@@ -56,7 +57,7 @@ def bench(
         lengths=parse_lengths(lengths), tasks=[t.strip() for t in tasks.split(",") if t.strip()], data=data,
         samples=samples, repeat=repeat, budget=budget, chunk_size=chunk_size, stabilizers=stabilizers,
         positions=positions, max_new_tokens=max_new_tokens, device=device, dtype=dtype, load_4bit=load_4bit,
-        load_8bit=load_8bit,         trust_remote_code=trust_remote_code, memory_limit_gb=memory_limit,
+        load_8bit=load_8bit, max_memory=max_memory,         trust_remote_code=trust_remote_code, memory_limit_gb=memory_limit,
     ).checked()
     with err.status("measuring this machine's matmul rate", spinner="dots") as status:
         result = run_bench(config, on_cell=lambda label, i, n: status.update(f"cell {min(i + 1, n)}/{n}: {label}"))

@@ -31,7 +31,8 @@ def chat(
     stop_repeats: options.StopRepeats = None, reread: options.Reread = None,
     reread_tokens: options.RereadTokens = None, locate: options.Locate = None, strict: options.Strict = None, temperature: options.Temperature = 0.0,
     top_p: options.TopP = 1.0, seed: options.Seed = 0, device: options.Device = "auto", dtype: options.Dtype = "auto",
-    load_4bit: options.Load4bit = False, load_8bit: options.Load8bit = False, trust_remote_code: options.TrustRemoteCode = False, encoding: options.Encoding = None,
+    load_4bit: options.Load4bit = False, load_8bit: options.Load8bit = False,
+    max_memory: options.MaxMemory = None, trust_remote_code: options.TrustRemoteCode = False, encoding: options.Encoding = None,
     force: options.Force = False,
 ) -> None:
     """Talk about the document at SOURCE: each answer sees the document's cache and the conversation so far."""
@@ -47,7 +48,7 @@ def chat(
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     out = Console(highlight=False, soft_wrap=True)
     spec = ModelSpec(model, heads, policy, device, dtype, load_4bit, load_8bit=load_8bit,
-                     trust_remote_code=trust_remote_code)
+                     trust_remote_code=trust_remote_code, max_memory=max_memory)
     read_settings = options.read_given(budget, chunk_size, stabilizers, positions, score_pool, span, kv_bits)
     answer_settings = options.answer_given(max_new_tokens, temperature, top_p, seed, stop_repeats, reread,
                                                      reread_tokens, locate, strict)

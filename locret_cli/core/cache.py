@@ -16,10 +16,10 @@ With `kv_bits` 8 or 4, keys, values and unrotated keys are held quantized, each 
 (`kv_quant.py`): they are written as codes and read back in the model's dtype, and eviction gathers the codes and
 scales as it gathers every other field, so what is kept is never rounded twice.
 
-The tensors are views of buffers (`cache_buffers.py`) allocated once, with room for budget + chunk + question + answer entries
-(`LocretCache.reserve`), and written in place, as gpt-fast's static cache is: appending a decoded token copies one
-entry, not the whole cache. `LocretCache.evict` is the one place entries are dropped; it gathers all fields with the
-same indices.
+The tensors are views of buffers (`cache_buffers.py`) allocated once, with room for budget + chunk + question +
+answer entries (`LocretCache.reserve`), and written in place, as gpt-fast's static cache is: appending a decoded
+token copies one entry, not the whole cache. `LocretCache.evict` is the one place entries are dropped; it gathers
+all fields with the same indices.
 
 A fork (`LocretCache.fork`, read once and ask many) shares its parent's buffers. The entries both hold are never
 written in place again: whoever would write there first takes a private copy. Past them, the buffer's tail belongs

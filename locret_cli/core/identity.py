@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from locret_cli.core.shape import ModelShape
+from locret_cli.errors import LocretError
 
 ROW_SCALE = "_scale"  # an int8 weight's per-row scales are the buffer of its name with this suffix
 
@@ -51,7 +52,20 @@ def weight_samples(model) -> dict[str, list[float]]:
     """{tensor name: sampled values}, for the sampled tensors this model has."""
     tensors = dict(model.named_parameters()) | dict(model.named_buffers())
     wanted = sampled_tensors(ModelShape.from_config(model.config))
-    return {name: sampled_values(tensors[name], tensors.get(name + ROW_SCALE)) for name in wanted if name in tensors}
+    return {name: sampled_values(stored_values(model, name, tensors[name]), tensors.get(name + ROW_SCALE))
+            for name in wanted if name in tensors}
+
+
+def stored_values(model, name: str, tensor: torch.Tensor) -> torch.Tensor:
+    """`tensor`, the parameter or buffer `name` of `model`; for one left on disk (`--max-memory`: on the meta device,
+    with accelerate's hook that loads it before each forward), its values read through that hook."""
+    if tensor.device.type != "meta":
+        return tensor
+    module_name, _, leaf = name.rpartition(".")
+    weights = getattr(getattr(model.get_submodule(module_name), "_hf_hook", None), "weights_map", None)
+    if weights is None:
+        raise LocretError(f"the weights of {name} are on the meta device, with nothing that loads them")
+    return weights[leaf]
 
 
 def similarity(model, recorded: dict[str, list[float]]) -> float:

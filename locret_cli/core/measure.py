@@ -73,12 +73,12 @@ def plan_memory(model, cache_entries: int, chunk_tokens: int, head_hidden: int =
                 keys_move: bool = False, kv_bits: int = 16) -> MemoryPlan:
     """Estimate a run whose cache peaks at `cache_entries` per KV head and that prefills `chunk_tokens` at a time.
 
-    The estimate counts the cache (2 · head_dim elements, or their 8- or 4-bit codes and scales, plus a float32 score, an int32 position and an int32 origin
-    per entry, and head_dim more when `keys_move`: the unrotated keys of cache.py), and for one chunk: hidden
-    states and residuals (4 · hidden), the MLP (3 · intermediate), q/k/v before and after RoPE, the retaining
-    heads' inputs and hidden layer (`head_hidden`), keys and values expanded to every query head, and one block of
-    64 queries' float32 attention over the cache (what H2O and SnapKV score with). Attention weights for the whole
-    chunk are not counted: torch's fused SDPA kernels never build them."""
+    The estimate counts the cache (2 · head_dim elements, or their 8- or 4-bit codes and scales, plus a float32
+    score, an int32 position and an int32 origin per entry, and head_dim more when `keys_move`: the unrotated keys
+    of cache.py), and for one chunk: hidden states and residuals (4 · hidden), the MLP (3 · intermediate), q/k/v
+    before and after RoPE, the retaining heads' inputs and hidden layer (`head_hidden`), keys and values expanded to
+    every query head, and one block of 64 queries' float32 attention over the cache (what H2O and SnapKV score
+    with). Attention weights for the whole chunk are not counted: torch's fused SDPA kernels never build them."""
     shape = ModelShape.from_config(model.config)
     config = model.config.get_text_config(decoder=True)
     element = torch.empty(0, dtype=compute_dtype(model)).element_size()

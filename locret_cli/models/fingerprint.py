@@ -11,6 +11,7 @@ from dataclasses import asdict
 
 import torch
 
+from locret_cli.core.identity import stored_values
 from locret_cli.core.shape import ModelShape
 from locret_cli.inputs.prompt import prompt_layout
 from locret_cli.inputs.tokenizer import encode_text
@@ -23,7 +24,7 @@ def model_identity(model) -> dict:
     """{"shape": layers, heads, sizes; "dtype"; "weights_sha256": the sampled fingerprint}."""
     digest = hashlib.sha256()
     for name, tensor in model.state_dict().items():
-        flat = tensor.detach().reshape(-1)
+        flat = stored_values(model, name, tensor).detach().reshape(-1)
         sample = flat[:: max(1, flat.numel() // SAMPLES_PER_TENSOR)][:SAMPLES_PER_TENSOR].contiguous().cpu()
         digest.update(f"{name}|{tensor.dtype}|{list(tensor.shape)}|".encode())
         digest.update(sample.view(torch.uint8).numpy())

@@ -96,3 +96,18 @@ def save_dequantized(model, tokenizer, directory: Path) -> Path:
     save_model(model, str(directory / "model.safetensors"))
     tokenizer.save_pretrained(directory)
     return directory
+
+
+def convert(source: str, directory: Path, dtype) -> Path:
+    """Write the GGUF model `source` (a path or a known short name) as a safetensors checkpoint in `directory`
+    (`save_dequantized`), which must not exist yet or be empty. `--max-memory` leaves such a checkpoint's weights on
+    disk; transformers cannot do that with a GGUF file."""
+    from locret_cli.models import named
+
+    path = named.resolve(source)
+    if not is_gguf(path):
+        raise LocretError(f"{source} is not a .gguf file; only GGUF models need converting")
+    if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
+        raise LocretError(f"{directory} already exists and is not an empty directory; choose another")
+    model, tokenizer = load(Path(path), dtype, trust_remote_code=False)
+    return save_dequantized(model, tokenizer, directory)

@@ -21,7 +21,6 @@ import torch.nn.functional as F
 from torch import nn
 
 
-
 def quantize_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(q, scale) for `weight` (out, in): q int8 (out, in), scale (out,) in the weight's dtype, with
     q × scale ≈ weight to within half a step of each row."""

@@ -12,3 +12,4 @@ def quiet_libraries() -> None:
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
     logging.getLogger("pypdf").setLevel(logging.ERROR)
+    logging.getLogger("accelerate").setLevel(logging.ERROR)  # `--max-memory`: the cost table says where weights are

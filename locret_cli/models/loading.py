@@ -38,6 +38,7 @@ class LoadedModel:
     defaults: dict  # engine settings recorded with the model (the embedded model has some), else empty
     dtype_reason: str = ""  # why it was loaded in its dtype, for the cost table
     forms: QuestionForms | None = None  # None: a general model, asked anything
+    memory_cap: int | None = None  # bytes of weights it may hold in memory (`--max-memory`), the rest on disk
 
 
 def resolve_device(device: str) -> torch.device:
@@ -72,13 +73,15 @@ def load_model(
     load_4bit: bool = False,
     trust_remote_code: bool = False,
     load_8bit: bool = False,
+    max_memory: str | None = None,
 ) -> LoadedModel:
     """Load a causal LM and its tokenizer by Hub id, local directory, GGUF file or known short name
     (`models/named.py`), and check locret can drive it. `load_4bit`: bitsandbytes nf4 weights; `load_8bit`: every
-    linear layer's weights in int8 (`models/int8_linear.py`), from any source, GGUF files included."""
+    linear layer's weights in int8 (`models/int8_linear.py`), from any source, GGUF files included; `max_memory`
+    (a size, such as 2GiB): the weights held in memory, the rest read from disk as they run (`models/offload.py`)."""
     from transformers import AutoModelForCausalLM
 
-    from locret_cli.models import gguf, named
+    from locret_cli.models import gguf, named, offload
 
     if load_4bit and load_8bit:
         raise SettingError("choose {load_4bit} or {load_8bit}, not both")
@@ -86,6 +89,14 @@ def load_model(
     choice = choose_dtype(dtype, torch_device)
     torch_dtype = choice.dtype
     source = named.resolve(name)
+    cap = None if max_memory is None else offload.parse_size(max_memory)
+    if cap is not None and (load_4bit or load_8bit or torch_device.type != "cpu"):
+        raise SettingError("{max_memory} keeps bf16, fp16 or fp32 weights on disk for the CPU; it does not combine "
+                           "with {load_4bit}, {load_8bit} or {device} cuda")
+    if cap is not None and gguf.is_gguf(source):
+        raise SettingError("{max_memory} reads weights from a safetensors checkpoint, and transformers cannot leave a "
+                           "GGUF file's on disk: convert it once with `locret convert {source} DIR`, then pass "
+                           "{model} DIR", source=name)
     if gguf.is_gguf(source):
         if load_4bit:
             raise SettingError(
@@ -97,6 +108,8 @@ def load_model(
             raise LocretError(_explain_load_failure(source, exc)) from None
         return _checked(model.to(torch_device), tokenizer, name, choice.reason, load_8bit)
     kwargs: dict = {"dtype": torch_dtype, "trust_remote_code": trust_remote_code, "attn_implementation": "sdpa"}
+    if cap is not None:
+        kwargs.update(offload.placement(cap))
     if load_4bit:
         if importlib.util.find_spec("bitsandbytes") is None:
             raise SettingError("{load_4bit} needs bitsandbytes: pip install 'locret-cli[4bit]'")
@@ -111,7 +124,14 @@ def load_model(
         model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
     except (OSError, ValueError) as exc:
         raise LocretError(_explain_load_failure(source, exc)) from None
-    return _checked(model if load_4bit else model.to(torch_device), tokenizer, name, choice.reason, load_8bit)
+    reason = choice.reason
+    if cap is not None:
+        offload.check_cap(model, cap)
+        reason += f"; {offload.describe(model)}"
+    placed = load_4bit or cap is not None  # accelerate placed the weights: moving them would undo it
+    loaded = _checked(model if placed else model.to(torch_device), tokenizer, name, reason, load_8bit)
+    loaded.memory_cap = cap
+    return loaded
 
 
 def _checked(model, tokenizer, name: str, dtype_reason: str, load_8bit: bool = False) -> LoadedModel:

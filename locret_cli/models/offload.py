@@ -1,0 +1,71 @@
+"""Models larger than the memory given them (`--max-memory SIZE`), as LLM in a flash runs them: the weights that do
+not fit stay on disk, in the checkpoint's own safetensors file, and each layer's are read in when it runs.
+
+accelerate does the placing (`device_map="auto"` with `max_memory`): the first layers that fit under the cap stay in
+memory, the rest are on the meta device with a hook that loads their tensors before each forward and drops them
+after. locret prefills in chunks, so a layer on disk is read once per chunk and serves all its tokens; a decode step
+reads every such layer again for one token. transformers cannot offload the weights of a GGUF file (it dequantizes
+them into memory as it reads), so a GGUF model is converted once to safetensors first (`locret convert`).
+"""
+
+from __future__ import annotations
+
+import re
+
+from locret_cli.core.measure import human_bytes
+from locret_cli.errors import SettingError
+
+UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+         "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def parse_size(text: str) -> int:
+    """Bytes in a size such as `2GiB`, `500MB` or `1.5 gib` (decimal and binary units; a bare number is bytes)."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
+    if not match or match.group(2).lower() not in UNITS:
+        raise SettingError("{max_memory} takes a size such as 2GiB or 500MB, got {value!r}", value=text)
+    size = int(float(match.group(1)) * UNITS[match.group(2).lower()])
+    if size <= 0:
+        raise SettingError("{max_memory} must be positive, got {value!r}", value=text)
+    return size
+
+
+def placement(cap: int) -> dict:
+    """from_pretrained's arguments that keep at most `cap` bytes of weights in memory and leave the rest on disk."""
+    return {"device_map": "auto", "max_memory": {"cpu": cap}}
+
+
+def largest_block_bytes(model) -> int:
+    """Bytes of the largest unit accelerate places whole (a decoder layer, the embeddings, the output layer), read
+    from the parameters' shapes, whether they are in memory or on disk."""
+    blocks = [*model.model.layers, model.get_input_embeddings(), model.get_output_embeddings()]
+    return max(sum(p.numel() * p.element_size() for p in block.parameters()) for block in blocks if block is not None)
+
+
+def check_cap(model, cap: int, cache_bytes: int = 0) -> None:
+    """Refuse, in one line, a cap that cannot hold the largest layer and `cache_bytes` of KV cache: a run could
+    not stay within it."""
+    layer = largest_block_bytes(model)
+    if cap >= layer + cache_bytes:
+        return
+    if not cache_bytes:
+        raise SettingError("{max_memory} {cap} cannot hold one layer of this model ({layer}); raise it",
+                           cap=human_bytes(cap), layer=human_bytes(layer))
+    raise SettingError("{max_memory} {cap} cannot hold one layer of this model ({layer}) and the KV cache "
+                       "({cache}); raise {max_memory} or lower {budget}", cap=human_bytes(cap),
+                       layer=human_bytes(layer), cache=human_bytes(cache_bytes))
+
+
+def is_offloaded(model) -> bool:
+    """Whether some of `model`'s weights are on disk (placed there by `placement`)."""
+    return "disk" in set(getattr(model, "hf_device_map", {}).values())
+
+
+def describe(model) -> str:
+    """Where the weights are, for the cost table: how many bytes are held in memory, and whether the rest is on
+    disk."""
+    held = sum(p.numel() * p.element_size() for p in model.parameters() if p.device.type != "meta")
+    total = sum(p.numel() * p.element_size() for p in model.parameters())
+    if not is_offloaded(model):
+        return f"all {human_bytes(total)} of weights fit in the memory allowed"
+    return f"{human_bytes(held)} of {human_bytes(total)} of weights in memory, the rest read from disk per layer"
