@@ -1,9 +1,11 @@
 """SmolLM2-135M-Instruct in each format locret loads: memory, load time, prefill and decode speed, and answers.
 
-    python benchmarks/real_model_formats.py --prose-packages runs/prose-packages --work runs/formats
+    python benchmarks/real_model_formats.py --prose-packages runs/prose-packages --work runs/formats \
+        [--formats "safetensors, bf16" "GGUF Q4_1, int8"]
 
-Formats: the 4-bit GGUF file (`--model smollm2`) in bf16 and fp32, and the same weights saved as a safetensors
-directory (what the Hub holds), loaded in bf16 and in 4-bit nf4 (`--load-4bit`, bitsandbytes on the CPU). Each runs
+Formats: the 4-bit GGUF file (`--model smollm2`) in bf16 and fp32 and with int8 linear weights (`--load-8bit`), and
+the same weights saved as a safetensors directory (what the Hub holds), loaded in bf16, in 4-bit nf4 (`--load-4bit`,
+bitsandbytes on the CPU), and with most of them left on disk (`--max-memory`) at chunks of 1,024 and 4,096. Each runs
 in a fresh process, so its peak RSS is its own; it reads the first 32K-token dev document with the shipped heads and
 answers its questions (`benchmarks/smollm2/evaluate.py`). Prints a Markdown table.
 """
@@ -20,11 +22,17 @@ import tempfile
 import time
 from pathlib import Path
 
-FORMATS = {  # name: (model, dtype, load_4bit)
-    "GGUF Q4_1, bf16": ("smollm2", "bf16", False),
-    "GGUF Q4_1, fp32": ("smollm2", "fp32", False),
-    "safetensors, bf16": ("{work}/smollm2-safetensors", "bf16", False),
-    "safetensors, nf4": ("{work}/smollm2-safetensors", "bf16", True),
+SAFETENSORS = "{work}/smollm2-safetensors"
+FORMATS = {  # name: (model, dtype, how it loads, read settings other than the recorded ones)
+    "GGUF Q4_1, bf16": ("smollm2", "bf16", {}, {}),
+    "GGUF Q4_1, fp32": ("smollm2", "fp32", {}, {}),
+    "GGUF Q4_1, int8": ("smollm2", "bf16", {"load_8bit": True}, {}),
+    "safetensors, bf16": (SAFETENSORS, "bf16", {}, {}),
+    "safetensors, nf4": (SAFETENSORS, "bf16", {"load_4bit": True}, {}),
+    "safetensors, bf16, chunk 4,096": (SAFETENSORS, "bf16", {}, {"chunk_size": 4096}),
+    "safetensors, bf16, --max-memory 128MiB": (SAFETENSORS, "bf16", {"max_memory": "128MiB"}, {}),
+    "safetensors, bf16, --max-memory 128MiB, chunk 4,096": (SAFETENSORS, "bf16", {"max_memory": "128MiB"},
+                                                             {"chunk_size": 4096}),
 }
 
 
@@ -35,21 +43,21 @@ def rss_mib() -> float:
     return float("nan")
 
 
-def measure(model: str, dtype: str, load_4bit: bool, prose_packages: Path | None) -> dict:
+def measure(model: str, dtype: str, loading: dict, reading_settings: dict, prose_packages: Path | None) -> dict:
     from benchmarks.smollm2.evaluate import dev_documents
     from locret_cli.api import load_session
     from recipes import prose
     from recipes.smollm2 import documents
 
     started = time.perf_counter()
-    session = load_session(model, device="cpu", dtype=dtype, load_4bit=load_4bit)
+    session = load_session(model, device="cpu", dtype=dtype, **loading)
     load_s, loaded_rss = time.perf_counter() - started, rss_mib()
     load_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     weights = sum(p.numel() * p.element_size() for p in session.loaded.model.parameters()) / 2**20
     document = dev_documents(prose.paragraphs(prose.DEV_PACKAGES, prose_packages), 32000)[0]
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
         f.write(document.text)
-    reading = session.read(f.name)
+    reading = session.read(f.name, session.read_settings(**reading_settings))
     results = [reading.ask(fact.question, session.answer_settings(max_new_tokens=32)) for fact in document.facts]
     os.unlink(f.name)
     right = sum(documents.answered(r.answer, fact.answer) for r, fact in zip(results, document.facts))
@@ -59,18 +67,21 @@ def measure(model: str, dtype: str, load_4bit: bool, prose_packages: Path | None
             "decode_tok_s": sum(r.decode_tokens_per_s or 0 for r in results) / len(results),
             "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "right": right, "questions": len(results), "weight_type": type(
-                session.loaded.model.model.layers[0].self_attn.q_proj).__name__}
+                session.loaded.model.model.layers[0].self_attn.q_proj).__name__,
+            "held_mib": sum(p.numel() * p.element_size() for p in session.loaded.model.parameters()
+                            if p.device.type != "meta") / 2**20}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--prose-packages", type=Path)
     parser.add_argument("--work", type=Path, default=Path("runs/formats"))
+    parser.add_argument("--formats", nargs="+", choices=FORMATS, default=list(FORMATS), help="the rows to measure")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # a child process: the format to measure
     args = parser.parse_args()
     if args.one:
-        model, dtype, load_4bit = FORMATS[args.one]
-        print(json.dumps(measure(model.format(work=args.work), dtype, load_4bit, args.prose_packages)))
+        model, dtype, loading, reading_settings = FORMATS[args.one]
+        print(json.dumps(measure(model.format(work=args.work), dtype, loading, reading_settings, args.prose_packages)))
         return
     directory = args.work / "smollm2-safetensors"
     if not directory.exists():
@@ -79,9 +90,9 @@ def main() -> None:
 
         loaded = load_model("smollm2", device="cpu", dtype="bf16")
         save_dequantized(loaded.model, loaded.tokenizer, directory)
-    print("| format | weights in memory | parameters | load | RSS after load | peak RSS | read tok/s | decode tok/s "
-          "| answers |\n|---|---|---:|---:|---:|---:|---:|---:|---:|")
-    for name in FORMATS:
+    print("| format | weights in memory | parameters (in memory) | load | RSS after load | peak RSS | read tok/s "
+          "| decode tok/s | answers |\n|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    for name in args.formats:
         command = [sys.executable, __file__, "--one", name, "--work", str(args.work)]
         if args.prose_packages:
             command += ["--prose-packages", str(args.prose_packages)]
@@ -90,7 +101,8 @@ def main() -> None:
             print(f"| {name} | failed: {out.stderr.strip().splitlines()[-1]} |")
             continue
         r = json.loads(out.stdout.strip().splitlines()[-1])
-        print(f"| {name} | {r['weight_type']} | {r['parameter_mib']:,.0f} MiB | {r['load_s']:.1f} s "
+        held = "" if round(r["held_mib"]) == round(r["parameter_mib"]) else f" ({r['held_mib']:,.0f} MiB)"
+        print(f"| {name} | {r['weight_type']} | {r['parameter_mib']:,.0f} MiB{held} | {r['load_s']:.1f} s "
               f"| {r['rss_after_load_mib']:,.0f} MiB | {r['peak_rss_mib']:,.0f} MiB | {r['read_tok_s']:,.0f} "
               f"| {r['decode_tok_s']:.1f} | {r['right']}/{r['questions']} |", flush=True)
 

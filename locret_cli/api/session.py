@@ -21,7 +21,6 @@ from locret_cli.inputs.documents import Document, open_document, token_chunks
 from locret_cli.inputs.prompt import conversation_ids, prompt_layout, stop_token_ids
 from locret_cli.inputs.questions import check_question
 from locret_cli.models.loading import LoadedModel, load_model
-from locret_cli.models.offload import check_cap
 from locret_cli.models.packed_linear import pack_if_room
 from locret_cli.models.shipped import find_shipped
 from locret_cli.models.spec import ModelSpec
@@ -161,8 +160,6 @@ class Session:
             rotary_module(self.loaded.model))
         plan = plan_memory(self.loaded.model, entries, settings.chunk_size, hidden, keys_move, settings.kv_bits)
         check_fits(plan, "budget" if policy.evicts else None)
-        if self.loaded.memory_cap is not None:
-            check_cap(self.loaded.model, self.loaded.memory_cap, plan.cache_bytes)
 
 
 def kept_ids(chunks: Iterable[TokenChunk], into: list[torch.Tensor]) -> Iterator[TokenChunk]:

@@ -38,7 +38,6 @@ class LoadedModel:
     defaults: dict  # engine settings recorded with the model (the embedded model has some), else empty
     dtype_reason: str = ""  # why it was loaded in its dtype, for the cost table
     forms: QuestionForms | None = None  # None: a general model, asked anything
-    memory_cap: int | None = None  # bytes of weights it may hold in memory (`--max-memory`), the rest on disk
 
 
 def resolve_device(device: str) -> torch.device:
@@ -129,9 +128,7 @@ def load_model(
         offload.check_cap(model, cap)
         reason += f"; {offload.describe(model)}"
     placed = load_4bit or cap is not None  # accelerate placed the weights: moving them would undo it
-    loaded = _checked(model if placed else model.to(torch_device), tokenizer, name, reason, load_8bit)
-    loaded.memory_cap = cap
-    return loaded
+    return _checked(model if placed else model.to(torch_device), tokenizer, name, reason, load_8bit)
 
 
 def _checked(model, tokenizer, name: str, dtype_reason: str, load_8bit: bool = False) -> LoadedModel:

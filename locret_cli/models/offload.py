@@ -42,18 +42,14 @@ def largest_block_bytes(model) -> int:
     return max(sum(p.numel() * p.element_size() for p in block.parameters()) for block in blocks if block is not None)
 
 
-def check_cap(model, cap: int, cache_bytes: int = 0) -> None:
-    """Refuse, in one line, a cap that cannot hold the largest layer and `cache_bytes` of KV cache: a run could
-    not stay within it."""
+def check_cap(model, cap: int) -> None:
+    """Refuse, in one line, a cap that cannot hold the largest layer: every layer must be in memory while it runs.
+    The cap bounds the weights alone; the KV cache and a chunk's activations come on top, checked against the memory
+    free as for every run (`core/measure.py`)."""
     layer = largest_block_bytes(model)
-    if cap >= layer + cache_bytes:
-        return
-    if not cache_bytes:
+    if cap < layer:
         raise SettingError("{max_memory} {cap} cannot hold one layer of this model ({layer}); raise it",
                            cap=human_bytes(cap), layer=human_bytes(layer))
-    raise SettingError("{max_memory} {cap} cannot hold one layer of this model ({layer}) and the KV cache "
-                       "({cache}); raise {max_memory} or lower {budget}", cap=human_bytes(cap),
-                       layer=human_bytes(layer), cache=human_bytes(cache_bytes))
 
 
 def is_offloaded(model) -> bool:
