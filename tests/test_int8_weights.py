@@ -71,7 +71,7 @@ def test_the_cli_answers_with_8bit_weights_and_refuses_them_for_the_embedded_mod
                  "--json")
     assert result.exit_code == 0, result.output
     refused = ask(doc, "q?", "--load-8bit")
-    assert refused.exit_code == 1 and "--load-8bit apply to --model" in refused.output
+    assert refused.exit_code == 1 and "--load-8bit and --max-memory apply to --model" in refused.output
     assert "Traceback" not in refused.output
 
 
