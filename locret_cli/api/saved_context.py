@@ -35,14 +35,14 @@ from locret_cli.models.fingerprint import heads_fingerprint, model_identity, tok
 FORMAT, VERSION = "locret-context", 1
 SUFFIX = ".locret"
 LAYER_TENSORS = FIELDS  # what each layer saves; unrotated keys are turned back again if the loaded keys ever move
+UNIT_TENSORS = ("starts", "first", "last")
+INPUT_IDS = "document.ids"  # every token read, for re-reading windows of it; files written before it lack it
 
 
 def layer_parts(kv_bits: int) -> list[str]:
     """The stored tensors of each layer's LAYER_TENSORS at `kv_bits`: in 8 or 4 bits, codes and scales
     (`core/kv_quant.py`), saved as held."""
     return [part for name in LAYER_TENSORS for part in parts(name, kv_bits)]
-UNIT_TENSORS = ("starts", "first", "last")
-INPUT_IDS = "document.ids"  # every token read, for re-reading windows of it; files written before it lack it
 
 
 @dataclass

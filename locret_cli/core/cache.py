@@ -34,7 +34,7 @@ import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
 from locret_cli.core.cache_buffers import Buffers
-from locret_cli.core.kv_quant import MINIMUM, SCALE, decode, encode, parts
+from locret_cli.core.kv_quant import decode, encode, parts
 from locret_cli.core.profile_marks import CACHE_UPDATE, REROTATE, SELECT, mark
 from locret_cli.core.rope import AngleTable, rotate
 from locret_cli.errors import LocretError
@@ -216,10 +216,8 @@ class LocretCache(Cache):
 
     def encoded(self, name: str, values: torch.Tensor) -> dict[str, torch.Tensor]:
         """Field `name`'s `values` as stored: quantized when this cache holds it in 8 or 4 bits and they are not
-        stored parts already (gathered, or loaded from a file)."""
-        if not values.is_floating_point() or name.endswith((SCALE, MINIMUM)):
-            return {name: values}
-        return encode(name, values, self.kv_bits)
+        codes already (gathered, or loaded from a file; scales pass through `encode` as they are)."""
+        return encode(name, values, self.kv_bits) if values.is_floating_point() else {name: values}
 
     def room_for(self, needed: int, capacity: int) -> int:
         """The capacity to allocate for `needed` entries, growing from `capacity`: within the reservation, twice what

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from locret_cli.core.measure import human_bytes
+from locret_cli.core.measure import human_bytes, weight_bytes
 from locret_cli.errors import SettingError
 
 UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
@@ -61,7 +61,7 @@ def describe(model) -> str:
     """Where the weights are, for the cost table: how many bytes are held in memory, and whether the rest is on
     disk."""
     held = sum(p.numel() * p.element_size() for p in model.parameters() if p.device.type != "meta")
-    total = sum(p.numel() * p.element_size() for p in model.parameters())
+    total = weight_bytes(model)
     if not is_offloaded(model):
         return f"all {human_bytes(total)} of weights fit in the memory allowed"
     return f"{human_bytes(held)} of {human_bytes(total)} of weights in memory, the rest read from disk per layer"
