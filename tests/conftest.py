@@ -45,12 +45,14 @@ ROPE_VARIANTS = {  # the other RoPE scalings locret lists as supported, on the L
 }
 
 
-def tiny_model(family: str, seed: int = 0, rope: dict | None = None, max_positions: int | None = None):
+def tiny_model(family: str, seed: int = 0, rope: dict | None = None, max_positions: int | None = None,
+               layers: int = 2):
     """A 2-layer random model of `family`, fp32, eval mode, sdpa attention. `rope` replaces Llama's RoPE scaling;
-    `max_positions` its max_position_embeddings (where dynamic NTK starts scaling)."""
+    `max_positions` its max_position_embeddings (where dynamic NTK starts scaling); `layers` Llama's depth."""
     torch.manual_seed(seed)
     if family == "llama":  # GQA, with Llama 3.1's RoPE scaling unless `rope` says otherwise
-        common = {**COMMON, "max_position_embeddings": max_positions or COMMON["max_position_embeddings"]}
+        common = {**COMMON, "max_position_embeddings": max_positions or COMMON["max_position_embeddings"],
+                  "num_hidden_layers": layers}
         model = LlamaForCausalLM(LlamaConfig(**common, num_key_value_heads=2, rope_parameters=rope or LLAMA3_ROPE))
     elif family == "qwen2":  # GQA, q/k/v biases
         model = Qwen2ForCausalLM(Qwen2Config(**COMMON, num_key_value_heads=2))

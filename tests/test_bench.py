@@ -12,10 +12,10 @@ from typer.testing import CliRunner
 
 from locret_cli.bench import parse_lengths
 from locret_cli.bench.flops import FlopCounter, counting
-from locret_cli.bench.runner import ROW_FIELDS
+from locret_cli.bench.runner import ROW_FIELDS, row_variant
 from locret_cli.bench.tasks import Question, contains_match, data_samples, exact_match, generated_samples, needle_depths
 from locret_cli.cli import app
-from locret_cli.errors import LocretError
+from locret_cli.errors import LocretError, SettingError
 from locret_cli.inputs.tokenizer import TiktokenTokenizer
 
 runner = CliRunner()
@@ -194,3 +194,11 @@ def test_bad_bench_input_is_one_line(args, message):
     result = bench(*args)
     assert result.exit_code == 1
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_row_sets_ints_floats_and_words():
+    assert row_variant("lazyllm:lazy_share=0.5:budget=2048:positions=original") == (
+        "lazyllm", {"lazy_share": 0.5, "budget": 2048, "positions": "original"})
+    assert row_variant("locret:lazy-after=8") == ("locret", {"lazy_after": 8})
+    with pytest.raises(SettingError, match="unknown setting"):
+        row_variant("locret:lazyness=1")

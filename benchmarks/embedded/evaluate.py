@@ -199,6 +199,8 @@ def main() -> None:
     parser.add_argument("--stabilizers", type=int, default=DEFAULTS["stabilizers"])
     parser.add_argument("--score-pool", type=int, default=DEFAULTS["score_pool"])
     parser.add_argument("--kv-bits", type=int, default=16, choices=(16, 8, 4), help="bits per cached key and value")
+    parser.add_argument("--lazy-after", type=int, default=0, help="lazy prefill: prune after this many layers")
+    parser.add_argument("--lazy-share", type=float, default=1.0, help="lazy prefill: most of a chunk pruned")
     parser.add_argument("--attributes", type=int, default=4, help="attribute facts per document (plus a pass key)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
@@ -230,7 +232,8 @@ def main() -> None:
     loaded = load_model(args.model, device=args.device, dtype=args.dtype)
     heads = load_heads(args.heads, loaded.model) if args.heads else RetainingHeads.for_model(loaded.model).eval()
     settings = ReadSettings(budget=args.budget, chunk_size=args.chunk_size, stabilizers=args.stabilizers,
-                            score_pool=args.score_pool, kv_bits=args.kv_bits)
+                            score_pool=args.score_pool, kv_bits=args.kv_bits, lazy_after=args.lazy_after,
+                            lazy_share=args.lazy_share)
     validation = args.split == "validation"
     packages = prose.TRAIN_PACKAGES if validation else prose.DEV_PACKAGES
     outcomes = evaluate(loaded, heads, parse_lengths(args.lengths), args.policies.split(","), args.documents,
@@ -241,7 +244,8 @@ def main() -> None:
                         args.possessive)
     answered = [o for o in outcomes if o.kind != "absent"]
     print(f"\n{loaded.dtype_reason}; budget {args.budget}, chunk {args.chunk_size}, stabilizers {args.stabilizers}, "
-          f"score pool {args.score_pool}, {args.kv_bits}-bit cache, heads {args.heads or 'random'}, filler {args.filler}, "
+          f"score pool {args.score_pool}, {args.kv_bits}-bit cache, lazy after {args.lazy_after} layers (share "
+          f"{args.lazy_share}), heads {args.heads or 'random'}, filler {args.filler}, "
           f"fragment {args.fragment}, {args.split} documents"
           + (f", statements kept in layers {args.keep_statements}" if args.keep_statements else "")
           + (", possessive attributes" if args.possessive else "") + "\n")

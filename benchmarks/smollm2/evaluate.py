@@ -91,7 +91,8 @@ def run(session: Session, length: int, policy: str, paragraphs: list[str], out: 
                          "settings": asdict(settings), "answering": asdict(answering),
                          "reread": None if result.reread is None else [w.to_json() for w in result.reread],
                          "read_for": list(result.read_for),
-                         "read_s": result.read_s, "time_to_first_token_s": result.time_to_first_token_s,
+                         "read_s": result.read_s, "pruned_tokens": reading.engine.pruned_tokens,
+                         "time_to_first_token_s": result.time_to_first_token_s,
                          "decode_tokens_per_s": result.decode_tokens_per_s,
                          "memory_peak_bytes": result.memory_peak_bytes, "finished_at": time.time()})
         Path(f.name).unlink()
@@ -147,6 +148,8 @@ def main() -> None:
         parser.add_argument(f"--{setting}", type=int, help="a read setting other than the model's recorded one")
     for setting in ("reread", "reread-tokens", "stop-repeats"):
         parser.add_argument(f"--{setting}", type=int, help="an answer setting other than the model's recorded one")
+    parser.add_argument("--lazy-after", type=int, help="lazy prefill: prune after this many layers")
+    parser.add_argument("--lazy-share", type=float, help="lazy prefill: at most this share of a chunk pruned")
     parser.add_argument("--locate", choices=("attention", "words", "both"), help="what names the re-read windows")
     parser.add_argument("--documents", type=int, help="only the first N documents of each length")
     parser.add_argument("--report", action="store_true")
@@ -163,7 +166,8 @@ def main() -> None:
         paragraphs = prose.paragraphs(prose.DEV_PACKAGES, args.prose_packages)
         session = load_session(args.model, device="cpu", dtype="bf16", load_8bit=args.load_8bit)
         overrides = {name: getattr(args, name) for name in ("budget", "chunk_size", "stabilizers", "score_pool", "span",
-                                                            "kv_bits") if getattr(args, name) is not None}
+                                                            "kv_bits", "lazy_after", "lazy_share")
+                     if getattr(args, name) is not None}
         for pair in args.runs.split(","):
             length, policy = pair.split(":")
             answer = {name: getattr(args, name) for name in ("reread", "reread_tokens", "stop_repeats", "locate")

@@ -64,6 +64,7 @@ class AskResult:
     answering: AnswerSettings
     document: DocumentInfo
     cache_kept_tokens: int
+    lazy_pruned_tokens: int  # document tokens lazy prefill ran through only the first `lazy_after` layers
     cache_peak_tokens: int
     cache_peak_bytes: int
     full_cache_bytes: int
@@ -99,12 +100,15 @@ class AskResult:
             "score_pool": self.settings.score_pool,
             "span": self.settings.span,
             "kv_bits": self.settings.kv_bits,
+            "lazy_after": self.settings.lazy_after,
+            "lazy_share": self.settings.lazy_share,
             "positions": self.settings.positions,
             "policy": self.policy,
             "read_for": list(self.read_for),
             "grounding": None if self.grounding is None else {**self.grounding.to_json(), "withheld": self.withheld},
             "kv_cache": {
                 "kept_tokens": self.cache_kept_tokens,
+                "lazy_pruned_tokens": self.lazy_pruned_tokens,
                 "peak_tokens": self.cache_peak_tokens,
                 "peak_bytes": self.cache_peak_bytes,
                 "full_cache_bytes": self.full_cache_bytes,
@@ -213,6 +217,7 @@ class Reading:
             answering=engine.answering,
             document=self.document,
             cache_kept_tokens=self.engine.kept_tokens,
+            lazy_pruned_tokens=self.engine.pruned_tokens,
             cache_peak_tokens=max(self.engine.cache.peak_tokens, engine.cache.peak_tokens),
             cache_peak_bytes=max(self.engine.cache.peak_bytes, engine.cache.peak_bytes),
             full_cache_bytes=full_cache_bytes(model, all_tokens),

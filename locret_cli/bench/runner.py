@@ -141,9 +141,19 @@ def row_variant(row: str) -> tuple[str, dict]:
         name, _, value = pair.partition("=")
         if not value:
             raise SettingError("{policies}: {pair!r} is not SETTING=VALUE, as in locret:reread=1", pair=pair)
-        changed[name.replace("-", "_")] = int(value) if value.lstrip("-").isdigit() else value
+        changed[name.replace("-", "_")] = number(value)
     split_given(changed)
     return policy, changed
+
+
+def number(value: str) -> int | float | str:
+    """A row setting's value: an int or a float where it reads as one, else the text."""
+    for kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            pass
+    return value
 
 
 def cell_spec(config: BenchConfig, task: str, length: int | None, row: str) -> dict:

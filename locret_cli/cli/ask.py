@@ -26,7 +26,8 @@ def read(
     model: options.Model = None, heads: options.Heads = None, policy: options.PolicyName = None,
     budget: options.Budget = None,
     chunk_size: options.ChunkSize = None, stabilizers: options.Stabilizers = None, positions: options.Positions = None,
-    score_pool: options.ScorePool = None, span: options.Span = None, kv_bits: options.KvBits = None, device: options.Device = "auto",
+    score_pool: options.ScorePool = None, span: options.Span = None, kv_bits: options.KvBits = None,
+    lazy_after: options.LazyAfter = None, lazy_share: options.LazyShare = None, device: options.Device = "auto",
     dtype: options.Dtype = "auto", load_4bit: options.Load4bit = False, load_8bit: options.Load8bit = False,
     max_memory: options.MaxMemory = None,
     trust_remote_code: options.TrustRemoteCode = False, encoding: options.Encoding = None,
@@ -52,7 +53,8 @@ def read(
         check_output(kept_map, force, ".png")
     spec = ModelSpec(model, heads, policy, device, dtype, load_4bit, load_8bit=load_8bit,
                      trust_remote_code=trust_remote_code, max_memory=max_memory)
-    read_settings = options.read_given(budget, chunk_size, stabilizers, positions, score_pool, span, kv_bits)
+    read_settings = options.read_given(budget, chunk_size, stabilizers, positions, score_pool, span, kv_bits,
+                                        lazy_after, lazy_share)
     read_for = (questions or []) + (load_questions(questions_file) if questions_file else [])
     for text in read_for:
         check_question(text)
@@ -83,7 +85,8 @@ def ask(
     model: options.Model = None, heads: options.Heads = None, policy: options.PolicyName = None,
     budget: options.Budget = None,
     chunk_size: options.ChunkSize = None, stabilizers: options.Stabilizers = None, positions: options.Positions = None,
-    score_pool: options.ScorePool = None, span: options.Span = None, kv_bits: options.KvBits = None, max_new_tokens: options.MaxNewTokens = None,
+    score_pool: options.ScorePool = None, span: options.Span = None, kv_bits: options.KvBits = None,
+    lazy_after: options.LazyAfter = None, lazy_share: options.LazyShare = None, max_new_tokens: options.MaxNewTokens = None,
     stop_repeats: options.StopRepeats = None, reread: options.Reread = None,
     reread_tokens: options.RereadTokens = None, locate: options.Locate = None, strict: options.Strict = None, temperature: options.Temperature = 0.0,
     top_p: options.TopP = 1.0, seed: options.Seed = 0, device: options.Device = "auto", dtype: options.Dtype = "auto",
@@ -114,7 +117,8 @@ def ask(
         check_output(kept_map, False, ".png")
     spec = ModelSpec(model, heads, policy, device, dtype, load_4bit, load_8bit=load_8bit,
                      trust_remote_code=trust_remote_code, max_memory=max_memory)
-    read_settings = options.read_given(budget, chunk_size, stabilizers, positions, score_pool, span, kv_bits)
+    read_settings = options.read_given(budget, chunk_size, stabilizers, positions, score_pool, span, kv_bits,
+                                        lazy_after, lazy_share)
     answer_settings = options.answer_given(max_new_tokens, temperature, top_p, seed, stop_repeats, reread,
                                                      reread_tokens, locate, strict)
     _, reading, answering = options.open_reading(source, spec, read_settings, answer_settings, err, quiet, encoding,

@@ -32,7 +32,8 @@ def batch(
     model: options.Model = None, heads: options.Heads = None, policy: options.PolicyName = None,
     budget: options.Budget = None,
     chunk_size: options.ChunkSize = None, stabilizers: options.Stabilizers = None, positions: options.Positions = None,
-    score_pool: options.ScorePool = None, span: options.Span = None, kv_bits: options.KvBits = None, max_new_tokens: options.MaxNewTokens = None,
+    score_pool: options.ScorePool = None, span: options.Span = None, kv_bits: options.KvBits = None,
+    lazy_after: options.LazyAfter = None, lazy_share: options.LazyShare = None, max_new_tokens: options.MaxNewTokens = None,
     stop_repeats: options.StopRepeats = None, reread: options.Reread = None,
     reread_tokens: options.RereadTokens = None, locate: options.Locate = None, strict: options.Strict = None, temperature: options.Temperature = 0.0,
     top_p: options.TopP = 1.0, seed: options.Seed = 0, device: options.Device = "auto", dtype: options.Dtype = "auto",
@@ -56,7 +57,8 @@ def batch(
     if save_contexts and not Path(save_contexts).is_dir():
         raise LocretError(f"--save-contexts {save_contexts} is not a directory")
     jobs = expand_inputs(inputs, questions_file, exclude=(out,))
-    given = options.read_given(budget, chunk_size, stabilizers, positions, score_pool, span, kv_bits)
+    given = options.read_given(budget, chunk_size, stabilizers, positions, score_pool, span, kv_bits,
+                                        lazy_after, lazy_share)
     given.update(options.answer_given(max_new_tokens, temperature, top_p, seed, stop_repeats, reread,
                                                      reread_tokens, locate, strict))
     local_workers = workers or (None if ray else default_workers(device))

@@ -27,7 +27,8 @@ def chat(
     model: options.Model = None, heads: options.Heads = None, policy: options.PolicyName = None,
     budget: options.Budget = None,
     chunk_size: options.ChunkSize = None, stabilizers: options.Stabilizers = None, positions: options.Positions = None,
-    score_pool: options.ScorePool = None, span: options.Span = None, kv_bits: options.KvBits = None, max_new_tokens: options.MaxNewTokens = None,
+    score_pool: options.ScorePool = None, span: options.Span = None, kv_bits: options.KvBits = None,
+    lazy_after: options.LazyAfter = None, lazy_share: options.LazyShare = None, max_new_tokens: options.MaxNewTokens = None,
     stop_repeats: options.StopRepeats = None, reread: options.Reread = None,
     reread_tokens: options.RereadTokens = None, locate: options.Locate = None, strict: options.Strict = None, temperature: options.Temperature = 0.0,
     top_p: options.TopP = 1.0, seed: options.Seed = 0, device: options.Device = "auto", dtype: options.Dtype = "auto",
@@ -49,7 +50,8 @@ def chat(
     out = Console(highlight=False, soft_wrap=True)
     spec = ModelSpec(model, heads, policy, device, dtype, load_4bit, load_8bit=load_8bit,
                      trust_remote_code=trust_remote_code, max_memory=max_memory)
-    read_settings = options.read_given(budget, chunk_size, stabilizers, positions, score_pool, span, kv_bits)
+    read_settings = options.read_given(budget, chunk_size, stabilizers, positions, score_pool, span, kv_bits,
+                                        lazy_after, lazy_share)
     answer_settings = options.answer_given(max_new_tokens, temperature, top_p, seed, stop_repeats, reread,
                                                      reread_tokens, locate, strict)
     session, reading, answering = options.open_reading(source, spec, read_settings, answer_settings, err, False,

@@ -24,6 +24,8 @@ Positions = Annotated[Optional[str], typer.Option(help="compact (default): renum
 ScorePool = Annotated[Optional[int], typer.Option(help="locret: each score becomes the best within this many neighbouring tokens (odd). Default 1, or the model's recorded default.")]
 Span = Annotated[Optional[int], typer.Option(help="Keep or drop entries in blocks of this many document tokens, each ranked by its best score, so that what is kept reads as text. Default 1 (each entry on its own), or the model's recorded default.")]
 KvBits = Annotated[Optional[int], typer.Option(help="Bits per cached key and value: 16 (as the model makes them), 8 or 4 (quantized per entry and head, with its own scale; scores and positions stay exact). Default 16.")]
+LazyAfter = Annotated[Optional[int], typer.Option(help="Lazy prefill: a chunk's tokens that the first N layers' eviction would drop skip the layers above them, so reading costs fewer FLOPs. 0: off. Default 0, or the model's recorded default.")]
+LazyShare = Annotated[Optional[float], typer.Option(help="Lazy prefill prunes at most this share of a chunk's tokens, the best-scored of the rest still flowing. Default 1.")]
 MaxNewTokens = Annotated[Optional[int], typer.Option(help="Longest answer, in tokens. Default 256.")]
 StopRepeats = Annotated[Optional[int], typer.Option(help="Stop an answer that repeats a run of this many tokens or more right after itself, dropping the repeat. 0: off. Default 0, or the model's recorded default.")]
 Reread = Annotated[Optional[int], typer.Option(help="Answer in two passes: ask the bounded cache, then read again, whole, this many windows of the document where that answer looked, and answer from them. 0: off. Default 0, or the model's recorded default.")]
@@ -45,10 +47,11 @@ KeptMap = Annotated[Optional[str], typer.Option("--kept-map", help="Also draw th
 Quiet = Annotated[bool, typer.Option("-q", "--quiet", help="Print only the answer.")]
 
 
-def read_given(budget, chunk_size, stabilizers, positions, score_pool, span, kv_bits=None) -> dict:
+def read_given(budget, chunk_size, stabilizers, positions, score_pool, span, kv_bits=None, lazy_after=None,
+               lazy_share=None) -> dict:
     """The read settings given on the command line (those left out take the model's recorded defaults)."""
     given = dict(budget=budget, chunk_size=chunk_size, stabilizers=stabilizers, positions=positions,
-                 score_pool=score_pool, span=span, kv_bits=kv_bits)
+                 score_pool=score_pool, span=span, kv_bits=kv_bits, lazy_after=lazy_after, lazy_share=lazy_share)
     return {k: v for k, v in given.items() if v is not None}
 
 

@@ -32,6 +32,9 @@ def cost_table(result: AskResult) -> Table:
         ("read", read_mode(result.read_for)),
         ("budget / chunk / stabilizers", f"{s.budget:,} / {s.chunk_size:,} / {s.stabilizers:,}"),
         ("tokens kept in the cache (per head)", f"{result.cache_kept_tokens:,}"),
+        *([(f"lazy prefill: tokens past layer {s.lazy_after}",
+            f"{result.document.tokens - result.lazy_pruned_tokens:,} of {result.document.tokens:,}")]
+          if s.lazy_after else []),
         ("KV cache peak tokens (per head)", f"{result.cache_peak_tokens:,}"),
         ("KV cache peak", human_bytes(result.cache_peak_bytes) + (f" ({s.kv_bits}-bit)" if s.kv_bits < 16 else "")),
         ("full cache would need", f"{human_bytes(result.full_cache_bytes)} ({saved:,.1f}x)"),

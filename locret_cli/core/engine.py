@@ -10,7 +10,7 @@ import copy
 import time
 from collections.abc import Callable, Iterable
 from contextlib import ExitStack, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -18,6 +18,7 @@ from locret_cli.core.cache import LocretCache
 from locret_cli.core.cache_attention import applies_to, use_cache_attention
 from locret_cli.core.capture import capture_qkv
 from locret_cli.core.citations import AttentionTally
+from locret_cli.core.lazy_prefill import flowing_tokens, lazy_layers
 from locret_cli.core.policies import Policy, select
 from locret_cli.core.probe import observe_attention
 from locret_cli.core.profile_marks import CAPTURE, FREQUENCIES, mark
@@ -27,6 +28,7 @@ from locret_cli.core.sources import TokenChunk
 from locret_cli.errors import SettingError
 
 QUESTION_ALLOWANCE = 256  # tokens a question is assumed to take when a document is read before it is asked
+LAZY_SHAPES = 16  # lazy prefill: at most this many token counts flow above the cut (`flowing_tokens`' step)
 
 
 @dataclass
@@ -74,6 +76,10 @@ class Engine:
                 "the prompt's opening ({pinned} tokens, never evicted) and {stabilizers} {stabilizers_value} do not "
                 "fit in {budget} {budget_value}; raise {budget} or lower {stabilizers}",
                 pinned=pinned, stabilizers_value=settings.stabilizers, budget_value=settings.budget)
+        layers = model.config.get_text_config(decoder=True).num_hidden_layers
+        if policy.prunes and not settings.lazy_after:  # LazyLLM prunes from a quarter of the way up
+            settings = replace(settings, lazy_after=max(1, layers // 4))
+        check_lazy(settings, policy, layers)
         self.model, self.policy, self.settings, self.stop_ids, self.pinned = model, policy, settings, stop_ids, pinned
         self.answering = answering
         self.read_question_ids = list(question_ids or []) if policy.reads_question else []
@@ -85,10 +91,10 @@ class Engine:
         self.mask_free = applies_to(model)  # attention over the cache without a mask (`cache_attention.py`)
         room = settings.budget + settings.chunk_size + QUESTION_ALLOWANCE + answering.max_new_tokens
         room = room if policy.evicts else 0
-        self.cache = LocretCache(model.config.get_text_config(decoder=True).num_hidden_layers, reserved=room,
-                                 step=settings.chunk_size, kv_bits=settings.kv_bits)
+        self.cache = LocretCache(layers, reserved=room, step=settings.chunk_size, kv_bits=settings.kv_bits)
         self.seen = 0  # tokens of input consumed so far
         self.document_tokens = self.kept_tokens = 0
+        self.pruned_tokens = 0  # lazy prefill: chunk tokens that skipped the layers above the cut, summed
         self.generator = torch.Generator(device="cpu").manual_seed(answering.seed)
 
     def run(
@@ -186,9 +192,12 @@ class Engine:
             if self.mask_free:
                 scoring.enter_context(use_cache_attention(self.model))
             if score:
-                scoring.enter_context(capture_qkv(self.model, self._scorer(token_index)))
+                scoring.enter_context(capture_qkv(self.model, self._scorer))
                 if self.policy.observes:
                     scoring.enter_context(observe_attention(self.model, self._observe))
+                if self.settings.lazy_after:
+                    scoring.enter_context(lazy_layers(self.model, self.cache, self.settings.lazy_after,
+                                                      lambda: self._flowing(len(ids))))
             out = self.model(
                 input_ids=torch.tensor([ids], device=self.device),
                 position_ids=positions.unsqueeze(0),
@@ -200,14 +209,20 @@ class Engine:
         self.cache.note_peak()
         return out.logits[0, -1].float()
 
-    def _scorer(self, token_index: torch.Tensor):
-        """The capture callback: the policy scores a layer's new entries, staged for the cache to append."""
+    def _scorer(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        """The capture callback: the policy scores a layer's new entries (their token indices are the origins staged
+        for that layer: the whole chunk's, or under lazy prefill the tokens still flowing), for the cache to append."""
+        with mark(CAPTURE):
+            token_index = self.cache.layers[layer_idx].staged_origins
+            self.cache.stage_scores(layer_idx, self.policy.score(layer_idx, q, k, v, token_index))
 
-        def on_qkv(layer_idx, q, k, v):
-            with mark(CAPTURE):
-                self.cache.stage_scores(layer_idx, self.policy.score(layer_idx, q, k, v, token_index))
-
-        return on_qkv
+    def _flowing(self, new: int) -> torch.Tensor | None:
+        """Lazy prefill's rule on the last layer below the cut, its `new` chunk entries just scored."""
+        layer, s = self.cache.layers[self.settings.lazy_after - 1], self.settings
+        flowing = flowing_tokens(layer.scores, layer.origins, new, s.budget, s.stabilizers, self.pinned, s.span,
+                                 s.lazy_share, step=max(1, s.chunk_size // LAZY_SHAPES))
+        self.pruned_tokens += 0 if flowing is None else new - len(flowing)
+        return flowing
 
     def _observe(self, layer_idx: int, query: torch.Tensor, key: torch.Tensor, scaling: float) -> None:
         self.policy.observe(layer_idx, query, key, scaling, self.cache.layers[layer_idx])
@@ -255,6 +270,19 @@ class Engine:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         return time.perf_counter()
+
+
+def check_lazy(settings: ReadSettings, policy: Policy, layers: int) -> None:
+    """Refuse lazy prefill where its rule has nothing to go by: a policy that never evicts or reads the question
+    after each chunk, or a cut at or above the model's last layer."""
+    if not settings.lazy_after:
+        return
+    if not policy.evicts or policy.reads_question:
+        raise SettingError("{lazy_after} prunes by an eviction policy's scores, and {policy} {policy_value} has none "
+                           "to prune by", policy_value=policy.name)
+    if settings.lazy_after >= layers:
+        raise SettingError("{lazy_after} must be below the model's {layers} layers, got {value}", layers=layers,
+                           value=settings.lazy_after)
 
 
 def repeated_run(tokens: list[int], shortest: int) -> int:

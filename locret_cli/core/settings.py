@@ -11,7 +11,7 @@ from locret_cli.errors import SettingError
 
 POSITION_MODES = ("compact", "original")
 LOCATE_MODES = ("attention", "words", "both")  # what names the windows `--reread` reads again
-POLICY_NAMES = ("locret", "streaming", "h2o", "snapkv", "finch", "random", "knorm", "full")  # `policies.make_policy` builds each
+POLICY_NAMES = ("locret", "streaming", "h2o", "snapkv", "lazyllm", "finch", "random", "knorm", "full")  # `policies.make_policy` builds each
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,8 @@ class ReadSettings:
     score_pool: int = 1  # locret: max-pool scores over this many neighbouring tokens (`LocretPolicy`)
     span: int = 1  # entries kept or dropped in blocks of this many document tokens (`policies.select`); 1: singly
     kv_bits: int = 16  # keys and values held as the model makes them (16), or quantized per entry to 8 or 4 bits
+    lazy_after: int = 0  # lazy prefill (`lazy_prefill.py`): tokens this many layers would drop skip the rest; 0: off
+    lazy_share: float = 1.0  # lazy prefill prunes at most this share of a chunk's tokens
 
     def checked(self, warn: Callable[[str], None] = lambda _: None) -> "ReadSettings":
         """These settings made valid: bad values raise SettingError; stabilizers >= budget are clipped to
@@ -38,6 +40,8 @@ class ReadSettings:
             raise SettingError("{span} must be positive, got {value}", value=self.span)
         if self.score_pool < 1 or self.score_pool % 2 == 0:
             raise SettingError("{score_pool} must be a positive odd number, got {value}", value=self.score_pool)
+        if self.lazy_after < 0 or not 0 < self.lazy_share <= 1:
+            raise SettingError("{lazy_after} must be zero or more and {lazy_share} in (0, 1]")
         if self.kv_bits not in KV_BITS:
             raise SettingError("{kv_bits} must be 16, 8 or 4, got {value}", value=self.kv_bits)
         if self.positions not in POSITION_MODES:

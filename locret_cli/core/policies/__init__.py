@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from locret_cli.core.heads import RetainingHeads
-from locret_cli.core.policies.attention import FinchPolicy, H2OPolicy, SnapKVPolicy
+from locret_cli.core.policies.attention import FinchPolicy, H2OPolicy, LazyLLMPolicy, SnapKVPolicy
 from locret_cli.core.policies.base import Policy, select
 from locret_cli.core.policies.full import FullPolicy
 from locret_cli.core.policies.locret import LocretPolicy
@@ -29,6 +29,8 @@ def make_policy(name: str, model, heads: RetainingHeads | None = None, score_poo
         return H2OPolicy(shape.head_dim)
     if name == "snapkv":
         return SnapKVPolicy(shape.head_dim)
+    if name == "lazyllm":
+        return LazyLLMPolicy(shape.head_dim)
     if name == "finch":
         return FinchPolicy(shape.head_dim)
     if name == "random":

@@ -81,6 +81,21 @@ class SnapKVPolicy(AttentionScoredPolicy):
         layer.set("scores", pooled)
 
 
+class LazyLLMPolicy(AttentionScoredPolicy):
+    """LazyLLM's importance: the attention the chunk's last token pays each entry, averaged over the query heads
+    that share its KV head. Every held entry is scored afresh after each chunk, so one the last token overlooked
+    once ranks again by what the next chunk's last token pays it. With `prunes` set, the engine also prunes during
+    prefill by these scores (`lazy_prefill.py`), as LazyLLM does, after a quarter of the layers unless
+    `lazy_after` says otherwise."""
+
+    name = "lazyllm"
+    prunes = True
+
+    def observe(self, layer_idx, query, key, scaling, layer):
+        group = query.shape[1] // key.shape[1]
+        layer.set("scores", received_attention(query, key, scaling, first=query.shape[2] - 1) / group)
+
+
 class FinchPolicy(AttentionScoredPolicy):
     """FINCH (prompt-guided compression, read in chunks): the question is read after each chunk, at the positions
     that follow it, and every entry is rescored by the attention the question's tokens pay it, after softmax and

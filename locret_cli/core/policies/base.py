@@ -17,6 +17,7 @@ class Policy:
     evicts: ClassVar[bool] = True
     observes: ClassVar[bool] = False  # True: `observe` also sees each layer's attention during prefill
     reads_question: ClassVar[bool] = False  # True: the question is read after every chunk and sets `question_length`
+    prunes: ClassVar[bool] = False  # True: reads with lazy prefill even when no `lazy_after` is given (LazyLLM)
 
     def score(
         self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, token_index: torch.Tensor
