@@ -80,26 +80,27 @@ def lazy_layers(model, cache, after: int, decide: Decider) -> Iterator[None]:
     layers, as the layer above them starts, and runs the layers above on those tokens only; `cache` (a LocretCache,
     its positions and origins staged for the whole chunk) stages theirs for those layers."""
     layers = decoder_layers(model)
-    flowing: list[torch.Tensor | None] = [None]
+    sliced: dict = {}  # this forward's kwargs for the layers above, sliced once; empty when every token flows
 
     def slice_kwargs(kwargs: dict, index: torch.Tensor) -> dict:
-        embeddings = kwargs.get("position_embeddings")
-        if embeddings is not None:
-            kwargs["position_embeddings"] = tuple(t.index_select(1, index) for t in embeddings)
+        found = {}
+        if kwargs.get("position_embeddings") is not None:
+            found["position_embeddings"] = tuple(t.index_select(1, index) for t in kwargs["position_embeddings"])
         if kwargs.get("position_ids") is not None:
-            kwargs["position_ids"] = kwargs["position_ids"].index_select(1, index)
+            found["position_ids"] = kwargs["position_ids"].index_select(1, index)
         mask = kwargs.get("attention_mask")
         if isinstance(mask, torch.Tensor):  # (B, 1, T, n + T): the chunk's rows, and its columns past the cache's
             past = mask.shape[-1] - mask.shape[-2]
             columns = torch.cat([torch.arange(past, device=index.device), past + index])
-            kwargs["attention_mask"] = mask.index_select(2, index).index_select(3, columns)
+            found["attention_mask"] = mask.index_select(2, index).index_select(3, columns)
         elif mask is not None:
             raise LocretError("lazy prefill needs a tensor attention mask or none; this model's attention gives "
                               f"{type(mask).__name__}")
-        return kwargs
+        return found
 
     def first_above(_module, args, kwargs):
-        index = flowing[0] = decide()
+        sliced.clear()
+        index = decide()
         if index is None:
             return None
         for layer in cache.layers[after:]:
@@ -109,11 +110,11 @@ def lazy_layers(model, cache, after: int, decide: Decider) -> Iterator[None]:
             args = (args[0].index_select(1, index), *args[1:])
         else:
             kwargs["hidden_states"] = kwargs["hidden_states"].index_select(1, index)
-        return args, slice_kwargs(kwargs, index)
+        sliced.update(slice_kwargs(kwargs, index))
+        return args, {**kwargs, **sliced}
 
     def above(_module, args, kwargs):
-        index = flowing[0]
-        return None if index is None else (args, slice_kwargs(kwargs, index))
+        return (args, {**kwargs, **sliced}) if sliced else None
 
     handles = []
     try:
