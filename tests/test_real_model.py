@@ -58,7 +58,7 @@ def test_a_fact_is_answered_and_cited_after_evictions(tmp_path):
     lines = tmp_path / "handbook.txt"
     lines.write_text("".join(open("samples/handbook.txt", encoding="utf-8").readlines()[129:235]))
     result = runner.invoke(app, ["ask", str(lines), "What is the gate code of the north depot?", "--model", "smollm2",
-                                 "--budget", "1024", "--device", "cpu", "--json"])
+                                 "--budget", "1024", "--device", "cpu", "--read-first", "--json"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["document"]["tokens"] > 3 * 1024 and report["kv_cache"]["kept_tokens"] == 1024

@@ -57,20 +57,21 @@ def policy_session(session: Session, policy: str) -> Session:
     return Session(session.loaded, session.heads, policy.removesuffix("-each"))
 
 
-def readings(runner: Session, path: str, settings, policy: str, questions: list[str]):
+def readings(runner: Session, path: str, settings, policy: str, questions: list[str], defer: bool = False):
     """(question, reading) pairs: one read for all of a document's questions (under finch, read with them all,
-    as `batch --questions` reads), or, for a "-each" policy, one read per question (as `ask FILE QUESTION`)."""
+    as `batch --questions` reads), or, for a "-each" policy, one read per question (as `ask FILE QUESTION`).
+    `defer`: the bounded read runs only for an answer that needs it, as `locret ask` does."""
     if policy.endswith("-each"):
         for question in questions:
-            yield question, runner.read(path, settings, questions=[question])
+            yield question, runner.read(path, settings, questions=[question], defer=defer)
         return
-    reading = runner.read(path, settings, questions=questions)
+    reading = runner.read(path, settings, questions=questions, defer=defer)
     for question in questions:
         yield question, reading
 
 
 def run(session: Session, length: int, policy: str, paragraphs: list[str], out: Path, overrides: dict,
-        answer: dict, documents_limit: int | None = None) -> None:
+        answer: dict, documents_limit: int | None = None, defer: bool = False) -> None:
     done = {(r["length"], r["policy"], r["document"]) for r in read_rows(out)}
     runner = policy_session(session, policy)
     settings, answering = runner.read_settings(**overrides), runner.answer_settings(max_new_tokens=32, **answer)
@@ -80,7 +81,7 @@ def run(session: Session, length: int, policy: str, paragraphs: list[str], out: 
         with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
             f.write(document.text)
         rows, read_s = [], 0.0
-        pairs = readings(runner, f.name, settings, policy, [fact.question for fact in document.facts])
+        pairs = readings(runner, f.name, settings, policy, [fact.question for fact in document.facts], defer)
         for (question, reading), fact, depth in zip(pairs, document.facts, document.depths):
             result = reading.ask(question, answering)
             read_s = reading.read_s
@@ -91,7 +92,8 @@ def run(session: Session, length: int, policy: str, paragraphs: list[str], out: 
                          "settings": asdict(settings), "answering": asdict(answering),
                          "reread": None if result.reread is None else [w.to_json() for w in result.reread],
                          "read_for": list(result.read_for),
-                         "read_s": result.read_s, "pruned_tokens": reading.engine.pruned_tokens,
+                         "read_s": result.read_s, "holds_document": result.holds_document,
+                         "pruned_tokens": reading.engine.pruned_tokens,
                          "time_to_first_token_s": result.time_to_first_token_s,
                          "decode_tokens_per_s": result.decode_tokens_per_s,
                          "memory_peak_bytes": result.memory_peak_bytes, "finished_at": time.time()})
@@ -151,6 +153,7 @@ def main() -> None:
     parser.add_argument("--lazy-after", type=int, help="lazy prefill: prune after this many layers")
     parser.add_argument("--lazy-share", type=float, help="lazy prefill: at most this share of a chunk pruned")
     parser.add_argument("--locate", choices=("attention", "words", "both"), help="what names the re-read windows")
+    parser.add_argument("--defer", action="store_true", help="run the bounded read only for answers that need it")
     parser.add_argument("--documents", type=int, help="only the first N documents of each length")
     parser.add_argument("--report", action="store_true")
     parser.add_argument("--write", metavar="LENGTH:INDEX:PATH", help="write one dev document and its questions")
@@ -172,7 +175,7 @@ def main() -> None:
             length, policy = pair.split(":")
             answer = {name: getattr(args, name) for name in ("reread", "reread_tokens", "stop_repeats", "locate")
                       if getattr(args, name) is not None}
-            run(session, int(length), policy, paragraphs, args.out, overrides, answer, args.documents)
+            run(session, int(length), policy, paragraphs, args.out, overrides, answer, args.documents, args.defer)
     if args.report:
         print(report(read_rows(args.out)))
 

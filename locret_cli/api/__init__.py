@@ -10,7 +10,8 @@
         print(reading.ask(question).answer)
 """
 
-from locret_cli.api.reading import AskResult, Reading
+from locret_cli.api.answer import AskResult
+from locret_cli.api.reading import Reading
 from locret_cli.api.session import Session, load_session
 from locret_cli.core.settings import AnswerSettings, ReadSettings
 from locret_cli.models.spec import ModelSpec

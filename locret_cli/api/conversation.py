@@ -12,7 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from locret_cli.api.reading import AskResult, Reading
+from locret_cli.api.answer import AskResult
+from locret_cli.api.reading import Reading
 from locret_cli.core.settings import AnswerSettings
 from locret_cli.errors import LocretError
 from locret_cli.inputs.prompt import conversation_ids

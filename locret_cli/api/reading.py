@@ -9,6 +9,10 @@
 (`saved_context.load_reading`) without reading the document again. Every answer sees the same kept entries. They
 depend on no question, unless the policy read the document for its questions (finch, `read_for`): such a cache
 serves those questions best and later ones worse.
+
+A Reading built with `Session.read(defer=True)` has tokenized the document but not run its bounded read
+(`pending`): answers located by the question's words come from re-read windows alone (`reread.answers_from_windows`),
+so the read runs (`read_now`) only when an answer needs the cache, and at most once.
 """
 
 from __future__ import annotations
@@ -18,114 +22,22 @@ from dataclasses import dataclass, field
 
 import torch
 
-from locret_cli.api.reread import Window, reread
+from locret_cli.api.answer import AskResult, DocumentInfo
+from locret_cli.api.pending_read import PendingRead
+from locret_cli.api.reread import answers_from_windows, locate, reread
 from locret_cli.core.citations import AttentionTally, kept_per_unit
-from locret_cli.core.engine import Engine
+from locret_cli.core.engine import Engine, Progress
 from locret_cli.core.measure import full_cache_bytes, peak_memory
 from locret_cli.core.settings import AnswerSettings, ReadSettings
-from locret_cli.core.sources import Source, SourceMap, answer_first
-from locret_cli.errors import SettingError
+from locret_cli.core.sources import SourceMap, answer_first
+from locret_cli.errors import LocretError, SettingError
 from locret_cli.inputs.grounding import REFUSAL, DocumentText, Grounding, ground
 from locret_cli.inputs.prompt import conversation_ids
 from locret_cli.inputs.questions import check_question
+from locret_cli.inputs.tokenizer import encode_text
 from locret_cli.models.loading import QuestionForms
 
 SOURCES_SHOWN = 3
-
-
-@dataclass
-class DocumentInfo:
-    """What was read: its name, kind ("pdf" or "text"), document tokens (prompt head excluded), pages, the SHA-256
-    and size of its bytes, and how long reading it took (in whichever process read it)."""
-
-    name: str
-    kind: str
-    tokens: int
-    pages: int | None
-    sha256: str | None
-    size_bytes: int | None
-    read_s: float
-
-    def to_json(self) -> dict:
-        return {"name": self.name, "kind": self.kind, "tokens": self.tokens, "pages": self.pages,
-                "sha256": self.sha256, "size_bytes": self.size_bytes, "read_s": self.read_s}
-
-
-@dataclass
-class AskResult:
-    """An answer, the pages or lines it drew on, and everything it cost. `to_json()` is the `--json` document."""
-
-    question: str
-    answer: str
-    sources: list[Source] | None  # None when not computed (--no-sources)
-    model: str
-    policy: str
-    settings: ReadSettings
-    answering: AnswerSettings
-    document: DocumentInfo
-    cache_kept_tokens: int
-    lazy_pruned_tokens: int  # document tokens lazy prefill ran through only the first `lazy_after` layers
-    cache_peak_tokens: int
-    cache_peak_bytes: int
-    full_cache_bytes: int
-    memory_peak_bytes: int
-    memory_device: str
-    read_s: float  # reading the document, or loading its saved context, in this process
-    loaded_from: str | None  # the .locret file the reading came from, if any
-    answer_s: float  # question prefill and decoding
-    decode_s: float
-    decode_steps: int
-    prefill_tokens_per_s: float  # tokens prefilled in this process (document and question) per second
-    decode_tokens_per_s: float | None
-    time_to_first_token_s: float  # from the start of reading (or loading) to the first answer token
-    total_s: float  # read_s + answer_s
-    warnings: list[str] = field(default_factory=list)
-    compute: str = ""  # the dtype and why, and whether linears were packed
-    reread: list[Window] | None = None  # the windows read again for this answer (`api/reread.py`), if any
-    read_for: tuple[str, ...] = ()  # the questions that steered the read; empty: a question-agnostic read
-    grounding: Grounding | None = None  # the answer's content checked against the document's text
-    withheld: str | None = None  # the model's answer, when `strict` replaced it with REFUSAL
-
-    def to_json(self) -> dict:
-        return {
-            "question": self.question,
-            "answer": self.answer,
-            "sources": None if self.sources is None else [s.to_json() for s in self.sources],
-            "model": self.model,
-            "document": self.document.to_json(),
-            "context": {"loaded_from": self.loaded_from},
-            "budget": self.settings.budget,
-            "chunk_size": self.settings.chunk_size,
-            "stabilizers": self.settings.stabilizers,
-            "score_pool": self.settings.score_pool,
-            "span": self.settings.span,
-            "kv_bits": self.settings.kv_bits,
-            "lazy_after": self.settings.lazy_after,
-            "lazy_share": self.settings.lazy_share,
-            "positions": self.settings.positions,
-            "policy": self.policy,
-            "read_for": list(self.read_for),
-            "grounding": None if self.grounding is None else {**self.grounding.to_json(), "withheld": self.withheld},
-            "kv_cache": {
-                "kept_tokens": self.cache_kept_tokens,
-                "lazy_pruned_tokens": self.lazy_pruned_tokens,
-                "peak_tokens": self.cache_peak_tokens,
-                "peak_bytes": self.cache_peak_bytes,
-                "full_cache_bytes": self.full_cache_bytes,
-            },
-            "memory": {"peak_bytes": self.memory_peak_bytes, "device": self.memory_device},
-            "speed": {
-                "read_s": self.read_s,
-                "answer_s": self.answer_s,
-                "prefill_tokens_per_s": self.prefill_tokens_per_s,
-                "decode_tokens_per_s": self.decode_tokens_per_s,
-                "time_to_first_token_s": self.time_to_first_token_s,
-                "total_s": self.total_s,
-                "compute": self.compute,
-            },
-            "reread": None if self.reread is None else [w.to_json() for w in self.reread],
-            "warnings": self.warnings,
-        }
 
 
 @dataclass
@@ -146,7 +58,42 @@ class Reading:
     forms: QuestionForms | None = None  # the question forms a model was trained on, and its "not stated" reply
     input_ids: torch.Tensor | None = None  # (tokens,) every token read, prompt head first: what re-reading reads
     read_for: tuple[str, ...] = ()  # the questions that steered the read (finch); empty: question-agnostic
+    pending: PendingRead | None = None  # the bounded read, when it has not run yet (`read_now`)
+    read_cut: bool = False  # a pending read was stopped part-way: the cache holds part of the document
     _text: DocumentText | None = field(default=None, repr=False)  # `document_text()`, once built
+
+    def needs_read(self, question: str, answering: AnswerSettings | None = None,
+                   history: Sequence[tuple[str, str]] = ()) -> bool:
+        """Whether `ask(question, answering, history=history)` would run the pending bounded read: its settings read
+        the cache, or the question's words name no window."""
+        if self.pending is None:
+            return False
+        chosen = answering or self.answering
+        if not answers_from_windows(chosen):
+            return True
+        question_ids = conversation_ids(self.tokenizer, history, question)
+        spans, _, _ = locate(self.engine, self.input_ids, self.engine.pinned, question_ids,
+                             encode_text(self.tokenizer, question), chosen)
+        return not spans
+
+    def read_now(self, on_progress: Callable[[Progress], None] | None = None) -> None:
+        """Run the bounded read left pending by `Session.read(defer=True)`, once; nothing when it has run. Refuses
+        (LocretError) once such a read was stopped part-way (Ctrl-C in a chat): its cache holds part of the
+        document."""
+        if self.read_cut:
+            raise LocretError("the document's bounded read was stopped part-way; open the document again")
+        if self.pending is None:
+            return
+        started = self.engine.clock()
+        try:
+            self.engine.read(self.pending.chunks(self.input_ids), on_progress)
+        except BaseException:
+            self.read_cut = True
+            raise
+        self.pending = None
+        took = self.engine.clock() - started
+        self.read_s += took
+        self.document.read_s += took
 
     def question_warnings(self, question: str) -> list[str]:
         """Warnings about `question` itself: a question the model was not trained to answer (embedded model)."""
@@ -174,20 +121,25 @@ class Reading:
         """Answer `question` on a fork of the cache, after the earlier `history` turns (question, answer), if any.
 
         `sources` > 0 also names that many pages or line ranges the answer drew on; 0 skips the cost. An answer
-        that the document does not say (`not_stated`) cites none."""
+        that the document does not say (`not_stated`) cites none. A bounded read left pending runs first if this
+        answer needs it (`needs_read`); call `read_now` before to follow its progress."""
         check_question(question)
         question_ids = conversation_ids(self.tokenizer, history, question)
-        engine, second = self.engine.fork(answering), None
-        if engine.answering.reread:
+        chosen, second = answering or self.answering, None
+        if not answers_from_windows(chosen):
+            self.read_now()
+        if chosen.reread:
             if self.input_ids is None:
                 raise SettingError("{reread} needs the document's tokens, which this context was saved without: "
                                    "read the document again")
             second = reread(self.engine, self.tokenizer, self.input_ids, self.source_map, question, question_ids,
-                            engine.answering, sources, on_token)
+                            chosen, sources, on_token)
         if second is not None:
             generation, engine, cited, windows = second.generation, second.engine, second.sources, second.windows
             generation.time_to_first_token_s += second.extra_s
         else:
+            self.read_now()  # no window named: the bounded cache answers
+            engine = self.engine.fork(answering)
             tally = AttentionTally(len(engine.cache.layers), self.engine.kept_tokens) if sources > 0 else None
             generation = engine.answer(question_ids, on_token=on_token, tally=tally)
             cited = tally.sources(self.engine.cache, engine.cache, self.source_map, sources) if tally else None
@@ -195,8 +147,9 @@ class Reading:
         answer_s = generation.time_to_first_token_s + generation.decode_s
         model = engine.model
         memory, memory_device = peak_memory(model.device)
-        read_tokens = 0 if self.loaded_from else self.engine.document_tokens
-        all_tokens = self.engine.document_tokens + len(question_ids) + len(generation.token_ids)
+        read_tokens = 0 if self.loaded_from or self.pending else self.engine.document_tokens
+        read_tokens += second.engine.document_tokens if second is not None else 0
+        all_tokens = len(self.prefix_ids) + self.document.tokens + len(question_ids) + len(generation.token_ids)
         answer = self.tokenizer.decode(generation.token_ids, skip_special_tokens=True).strip()
         cut = len(generation.token_ids) >= engine.answering.max_new_tokens
         grounding = ground(question, answer, self.document_text(), cut) if self.input_ids is not None else None
@@ -216,6 +169,7 @@ class Reading:
             settings=self.settings,
             answering=engine.answering,
             document=self.document,
+            holds_document=self.pending is None,
             cache_kept_tokens=self.engine.kept_tokens,
             lazy_pruned_tokens=self.engine.pruned_tokens,
             cache_peak_tokens=max(self.engine.cache.peak_tokens, engine.cache.peak_tokens),
@@ -265,6 +219,7 @@ class Reading:
     def kept_map(self) -> tuple[list[str], list[float]]:
         """Each page or line range of the document, and how many of its entries the cache kept (averaged over
         layers and KV heads)."""
+        self.read_now()
         kept = kept_per_unit(self.engine.cache, self.source_map, self.engine.kept_tokens)
         return self.source_map.labels(), kept.tolist()
 

@@ -5,6 +5,9 @@ passes: the first asks the bounded cache, and the attention its first tokens pay
 measure it) names where in the document it looked; the second reads the `reread` windows of `reread_tokens`
 tokens around those places again, whole, with a full cache, and answers from them. Memory stays bounded by the
 budget plus the windows.
+
+Located by the question's words alone, an answer never reads the bounded cache: `answers_from_windows`. A Reading
+then runs its bounded read only when an answer needs it (`Session.read(defer=True)`): when no window is found.
 """
 
 from __future__ import annotations
@@ -49,12 +52,18 @@ class Reread:
     extra_s: float  # before the second pass's question: locating (a probe answer, if any) and reading the windows
 
 
+def answers_from_windows(answering: AnswerSettings) -> bool:
+    """Whether answers under `answering` come from re-read windows that the question's words locate, leaving the
+    bounded cache unread unless no window is found."""
+    return answering.reread > 0 and answering.locate == "words"
+
+
 def locate(reader: Engine, input_ids: torch.Tensor, pinned: int, question_ids: list[int], words: list[int],
            answering: AnswerSettings) -> tuple[list[tuple[int, int]], torch.Tensor, float]:
     """The windows of the input to read again for `question_ids` (the question in its chat layout), the signal per
-    token index that named them, and how long finding them took. `locate` "attention": where a probe answer on a fork of `reader` looked among the kept
-    entries; "words": where the question's rarer tokens (`words`, the question's text alone) occur in the whole
-    input; "both": the two, each as shares of its own total, added."""
+    token index that named them, and how long finding them took. `locate` "attention": where a probe answer on a
+    fork of `reader` looked among the kept entries; "words": where the question's rarer tokens (`words`, the
+    question's text alone) occur in the whole input; "both": the two, each as shares of its own total, added."""
     signals, probe_s = [], 0.0
     if answering.locate in ("attention", "both"):
         probe = reader.fork(replace(answering, max_new_tokens=min(PROBE_TOKENS, answering.max_new_tokens)))

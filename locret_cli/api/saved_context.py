@@ -20,7 +20,8 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from locret_cli import __version__
-from locret_cli.api.reading import DocumentInfo, Reading
+from locret_cli.api.answer import DocumentInfo
+from locret_cli.api.reading import Reading
 from locret_cli.core.cache import FIELDS
 from locret_cli.core.engine import Engine
 from locret_cli.core.kv_quant import parts
@@ -69,6 +70,7 @@ def save_reading(reading: Reading, path: str | Path, heads=None, force: bool = F
     """Write `reading` to `path` (which must end in .locret). Refuses an existing path unless `force`; writes to a
     temporary file first, so a failed write leaves nothing half-written."""
     path = check_output(path, force, SUFFIX)
+    reading.read_now()
     engine = reading.engine
     stored = layer_parts(engine.settings.kv_bits)
     tensors = {f"layers.{i}.{name}": t.contiguous().cpu()

@@ -8,7 +8,9 @@ from typing import BinaryIO
 
 import torch
 
-from locret_cli.api.reading import SOURCES_SHOWN, AskResult, DocumentInfo, Reading
+from locret_cli.api.answer import AskResult, DocumentInfo
+from locret_cli.api.pending_read import PendingRead
+from locret_cli.api.reading import SOURCES_SHOWN, Reading
 from locret_cli.core.engine import QUESTION_ALLOWANCE, Engine, Progress
 from locret_cli.core.heads import RetainingHeads, load_heads
 from locret_cli.core.measure import check_fits, human_bytes, plan_memory, reset_peak
@@ -82,6 +84,7 @@ class Session:
         force: bool = False,
         policy: Policy | None = None,
         questions: Sequence[str] = (),
+        defer: bool = False,
     ) -> Reading:
         """Read `source` (an opened Document, a path, or `-` for stdin) once into a bounded cache; ask the Reading
         as many questions as you like. Refuses (LocretError) a run estimated not to fit in free memory, unless
@@ -89,7 +92,11 @@ class Session:
 
         `questions` steer the read only under a policy that reads with them (finch): they are read together after
         every chunk, and the Reading records them (`read_for`). Other policies ignore them, so the read stays
-        question-agnostic."""
+        question-agnostic.
+
+        `defer` tokenizes the document and leaves the bounded read for the first answer that needs the cache
+        (`Reading.read_now`): answers located by the question's words come from re-read windows alone. A read
+        for questions (finch) is never deferred."""
         warnings: list[str] = []
         settings = (settings or self.read_settings()).checked(lambda w: warnings.append(str(w)))
         document = source if isinstance(source, Document) else open_document(source, encoding=encoding, stdin=stdin)
@@ -110,22 +117,29 @@ class Session:
         reset_peak(model.device)
         started = engine.clock()
         read_ids: list[torch.Tensor] = []
-        engine.read(kept_ids(token_chunks(document, tokenizer, settings.chunk_size, prefix, source_map), read_ids),
-                    on_progress)
+        chunks = kept_ids(token_chunks(document, tokenizer, settings.chunk_size, prefix, source_map), read_ids)
+        pending = None
+        if defer and not read_for:
+            pending = PendingRead.tokenize(chunks, on_progress)
+        else:
+            engine.read(chunks, on_progress)
         read_s = engine.clock() - started
-        info = DocumentInfo(document.name, document.kind, engine.document_tokens - len(prefix), document.pages,
+        input_ids = torch.cat(read_ids) if read_ids else torch.zeros(0, dtype=torch.int32)
+        info = DocumentInfo(document.name, document.kind, len(input_ids) - len(prefix), document.pages,
                             document.sha256, document.size_bytes, read_s)
         return Reading(engine, tokenizer, self.loaded.name, prefix, source_map, info, read_s,
                        warnings=warnings + document.warnings, compute=compute, forms=self.loaded.forms,
-                       input_ids=torch.cat(read_ids) if read_ids else torch.zeros(0, dtype=torch.int32),
-                       read_for=read_for)
+                       input_ids=input_ids, read_for=read_for, pending=pending)
 
     def ask(self, source: str | Document, question: str, settings: ReadSettings | None = None,
             answering: AnswerSettings | None = None, sources: int = SOURCES_SHOWN, **read_options) -> AskResult:
         """Read `source` (for `question`, under a policy that reads with it) and answer `question` from it:
-        `read(..., questions=[question]).ask(question)`."""
+        `read(..., questions=[question], defer=True).ask(question)`: the bounded read runs only if the answer needs
+        it."""
         check_question(question)
-        reading = self.read(source, settings, questions=[question], **read_options)
+        reading = self.read(source, settings, questions=[question], **{"defer": True, **read_options})
+        if reading.needs_read(question, answering):
+            reading.read_now(read_options.get("on_progress"))
         return reading.ask(question, answering, sources=sources)
 
     def load(self, path: str) -> Reading:

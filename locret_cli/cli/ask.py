@@ -92,7 +92,7 @@ def ask(
     top_p: options.TopP = 1.0, seed: options.Seed = 0, device: options.Device = "auto", dtype: options.Dtype = "auto",
     load_4bit: options.Load4bit = False, load_8bit: options.Load8bit = False,
     max_memory: options.MaxMemory = None, trust_remote_code: options.TrustRemoteCode = False, encoding: options.Encoding = None,
-    force: options.Force = False, kept_map: options.KeptMap = None,
+    force: options.Force = False, kept_map: options.KeptMap = None, read_first: options.ReadFirst = False,
     no_sources: Annotated[bool, typer.Option("--no-sources", help="Do not work out which pages each answer drew on.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout (all the answers) and nothing else.")] = False,
     as_jsonl: Annotated[bool, typer.Option("--jsonl", help="Print one JSON line per answer on stdout, as each is ready.")] = False,
@@ -122,13 +122,14 @@ def ask(
     answer_settings = options.answer_given(max_new_tokens, temperature, top_p, seed, stop_repeats, reread,
                                                      reread_tokens, locate, strict)
     _, reading, answering = options.open_reading(source, spec, read_settings, answer_settings, err, quiet, encoding,
-                                                 force, questions=asked)
+                                                 force, questions=asked, defer=not (read_first or kept_map))
     for message in reading.warnings:
         err.print(f"[yellow]warning:[/] {message}")
     results = []
     for text in asked:
         for message in [] if quiet else reading.question_warnings(text):
             err.print(f"[yellow]warning:[/] {message}")
+        options.read_if_needed(reading, text, answering, err, quiet)
         result = reading.ask(text, answering, sources=0 if no_sources else SOURCES_SHOWN)
         results.append(result)
         if as_jsonl:

@@ -55,11 +55,12 @@ def chat(
     answer_settings = options.answer_given(max_new_tokens, temperature, top_p, seed, stop_repeats, reread,
                                                      reread_tokens, locate, strict)
     session, reading, answering = options.open_reading(source, spec, read_settings, answer_settings, err, False,
-                                                       encoding, force)
+                                                       encoding, force, defer=True)
     if history_tokens is None:
         history_tokens = session.loaded.defaults.get("history_tokens", HISTORY_TOKENS)
     how = (f"loaded from {reading.loaded_from} in {reading.read_s:.3f} s (read in {reading.document.read_s:.1f} s)"
-           if reading.loaded_from else f"read in {reading.read_s:.1f} s")
+           if reading.loaded_from else f"read in {reading.read_s:.1f} s" if reading.pending is None else
+           f"tokenized in {reading.read_s:.1f} s (the bounded read runs for the first answer that needs it)")
     err.print(f"[bold]{reading.document.name}[/]: {reading.document.tokens:,} tokens, {how}; earlier turns kept: "
               f"{history_tokens:,} tokens. {HELP}")
     run_chat(Conversation(reading, history_tokens, answering), lambda: input("> "), out, err, session.heads)
@@ -117,6 +118,8 @@ def answer_turn(conversation, question: str, out: Console, err: Console) -> None
         if not text.endswith("\ufffd"):  # wait for the rest of a multi-byte character
             out.print(text[len(shown):].lstrip() if not shown else text[len(shown):], end="", markup=False)
             shown = text
+    options.read_if_needed(conversation.reading, question, conversation.answering, err, False,
+                           conversation.window(question))
     result = conversation.ask(question, on_token=None if strict else stream)
     out.print(result.answer if strict else "", markup=False)
     if warning := grounding_warning(result):

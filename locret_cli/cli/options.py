@@ -45,6 +45,7 @@ Encoding = Annotated[Optional[str], typer.Option(help="Text encoding of the inpu
 Force = Annotated[bool, typer.Option("--force", help="Run even when the estimated memory need exceeds what is free.")]
 KeptMap = Annotated[Optional[str], typer.Option("--kept-map", help="Also draw the entries kept per page (or line range), cited ones marked, to this PNG.")]
 Quiet = Annotated[bool, typer.Option("-q", "--quiet", help="Print only the answer.")]
+ReadFirst = Annotated[bool, typer.Option("--read-first", help="Run the bounded read before answering even when no answer needs it. With --reread and --locate words an answer comes from the windows the question's words name, so by default the read runs only for a question that names none.")]
 
 
 def read_given(budget, chunk_size, stabilizers, positions, score_pool, span, kv_bits=None, lazy_after=None,
@@ -64,11 +65,13 @@ def answer_given(max_new_tokens, temperature, top_p, seed, stop_repeats, reread,
 
 
 def open_reading(source: str, spec, read: dict, answer: dict, err: Console, quiet: bool,
-                 encoding: Optional[str] = None, force: bool = False, questions: Sequence[str] = ()):
+                 encoding: Optional[str] = None, force: bool = False, questions: Sequence[str] = (),
+                 defer: bool = False):
     """(session, reading, answer settings): `Session.open` of `source` (a `.locret` file, or a document read with a
-    progress bar, for `questions` under a policy that reads with them) with the `spec` model. For a saved context,
-    the policy and read settings are the file's: giving others is an error; `answer` (max_new_tokens, temperature,
-    top_p, seed) may change."""
+    progress bar, for `questions` under a policy that reads with them; with `defer`, tokenized and its bounded read
+    left for the first answer that needs it) with the `spec` model. For a saved context, the policy and read
+    settings are the file's: giving others is an error; `answer` (max_new_tokens, temperature, top_p, seed) may
+    change."""
     from locret_cli.api import load_session
     from locret_cli.api.saved_context import is_saved_context, read_header
     from locret_cli.cli import render
@@ -98,5 +101,18 @@ def open_reading(source: str, spec, read: dict, answer: dict, err: Console, quie
         return session, session.open(source, read), answering
     settings = session.read_settings(warn, **read)
     with DocumentProgress(err, document.unit, document.total_units, enabled=not quiet) as progress:
-        reading = session.open(document, settings, on_progress=progress.update, force=force, questions=questions)
+        reading = session.open(document, settings, on_progress=progress.update, force=force, questions=questions,
+                               defer=defer)
     return session, reading, answering
+
+
+def read_if_needed(reading, question: str, answering, err: Console, quiet: bool, history=()) -> None:
+    """Run a Reading's pending bounded read, with a progress bar, when answering `question` needs it."""
+    from locret_cli.cli.report import DocumentProgress
+
+    if not reading.needs_read(question, answering, history):
+        return
+    doc = reading.document
+    unit, total = ("pages", doc.pages) if doc.kind == "pdf" else ("bytes", doc.size_bytes)
+    with DocumentProgress(err, unit, total, enabled=not quiet) as progress:
+        reading.read_now(progress.update)

@@ -7,7 +7,8 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from locret_cli.api.reading import AskResult, Reading
+from locret_cli.api.answer import AskResult
+from locret_cli.api.reading import Reading
 from locret_cli.api.saved_context import SavedContext
 from locret_cli.core.measure import human_bytes
 from locret_cli.core.sources import Source
@@ -23,7 +24,9 @@ def cost_table(result: AskResult) -> Table:
     saved = result.full_cache_bytes / result.cache_peak_bytes if result.cache_peak_bytes else 0
     decode = "-" if result.decode_tokens_per_s is None else f"{result.decode_tokens_per_s:,.1f}"
     first = ("loading " + result.loaded_from, f"{result.read_s:.3f} s") if result.loaded_from else \
-        ("reading the document", f"{result.read_s:.2f} s")
+        ("reading the document" if result.holds_document else "tokenizing the document", f"{result.read_s:.2f} s")
+    kept = f"{result.cache_kept_tokens:,}" if result.holds_document else \
+        "- (bounded read not run: the answer came from the re-read window)"
     rows = [
         ("model", result.model),
         ("compute", result.compute or "-"),
@@ -31,7 +34,7 @@ def cost_table(result: AskResult) -> Table:
         ("policy, positions", f"{result.policy}, {s.positions}" + (f", spans of {s.span}" if s.span > 1 else "")),
         ("read", read_mode(result.read_for)),
         ("budget / chunk / stabilizers", f"{s.budget:,} / {s.chunk_size:,} / {s.stabilizers:,}"),
-        ("tokens kept in the cache (per head)", f"{result.cache_kept_tokens:,}"),
+        ("tokens kept in the cache (per head)", kept),
         *([(f"lazy prefill: tokens past layer {s.lazy_after}",
             f"{result.document.tokens - result.lazy_pruned_tokens:,} of {result.document.tokens:,}")]
           if s.lazy_after else []),
@@ -103,14 +106,15 @@ def multi_cost_table(results: list[AskResult]) -> Table:
     table.add_column("step")
     table.add_column("time", justify="right")
     table.add_column("share of reading the document", justify="right")
-    doc = first.document
-    table.add_row(f"reading {doc.tokens:,} tokens" + (" (earlier, saved)" if first.loaded_from else ""),
+    doc, last = first.document, results[-1]
+    how = "reading" if last.holds_document else "tokenizing (no answer needed the bounded read)"
+    table.add_row(f"{how} {doc.tokens:,} tokens" + (" (earlier, saved)" if first.loaded_from else ""),
                   f"{doc.read_s:.2f} s", "")
     if first.loaded_from:
         table.add_row(f"loading {first.loaded_from}", f"{first.read_s:.3f} s", f"{first.read_s / doc.read_s:.1%}")
     for i, r in enumerate(results, 1):
         table.add_row(f"answer {i}", f"{r.answer_s:.3f} s", f"{r.answer_s / first.document.read_s:.1%}")
-    table.add_row("total", f"{first.read_s + sum(r.answer_s for r in results):.2f} s", "")
+    table.add_row("total", f"{last.read_s + sum(r.answer_s for r in results):.2f} s", "")
     return table
 
 

@@ -1,0 +1,159 @@
+"""A bounded read left pending: answers located by the question's words come from re-read windows alone, so the
+read runs only when an answer needs the cache, and then gives the cache an eager read gives."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+import torch
+from conftest import byte_tokenizer, tiny_model
+from test_cli import ask, doc  # noqa: F401  (the CLI's document fixture)
+
+from locret_cli.api import Session
+from locret_cli.api.saved_context import save_reading
+from locret_cli.core.settings import AnswerSettings, ReadSettings
+from locret_cli.core.sources import SourceMap
+from locret_cli.errors import LocretError
+from locret_cli.inputs.documents import open_document, token_chunks
+from locret_cli.inputs.prompt import prompt_layout
+from locret_cli.models.loading import LoadedModel
+
+# Byte tokens: "QZX" and "?" occur nowhere else, so only that question names a window.
+TEXT = "".join(f"Line {i}: the lamp of room {i} is {i * 7 % 100}.\n" for i in range(60)) + \
+    "The vault of the tower is QZX.\n" + \
+    "".join(f"Line {i}: the lamp of room {i} is {i * 7 % 100}.\n" for i in range(60, 120))
+SETTINGS = ReadSettings(budget=96, chunk_size=64, stabilizers=16)
+WORDS = AnswerSettings(max_new_tokens=4, reread=1, reread_tokens=48, locate="words")
+LOCATED, UNLOCATED = "Where is QZX?", "Which lamp is in room 93"
+
+
+@pytest.fixture()
+def session_and_path(tmp_path):
+    session = Session(LoadedModel(tiny_model("llama"), byte_tokenizer(), "tiny llama", {}), None, "streaming")
+    path = tmp_path / "doc.txt"
+    path.write_text(TEXT)
+    return session, str(path)
+
+
+def keys(reading) -> list[torch.Tensor]:
+    return [layer.keys.clone() for layer in reading.engine.cache.layers]
+
+
+def test_an_answer_from_a_located_window_never_runs_the_read(session_and_path):
+    session, path = session_and_path
+    eager = session.read(path, SETTINGS)
+    deferred = session.read(path, SETTINGS, defer=True)
+    assert deferred.pending is not None and deferred.engine.document_tokens == 0
+    assert torch.equal(deferred.input_ids, eager.input_ids) and deferred.document.tokens == eager.document.tokens
+    result, expected = deferred.ask(LOCATED, WORDS), eager.ask(LOCATED, WORDS)
+    assert result.reread and [(w.first, w.end) for w in result.reread] == [(w.first, w.end) for w in expected.reread]
+    assert result.answer == expected.answer and result.sources == expected.sources
+    assert deferred.pending is not None and deferred.engine.cache.length() == 0
+    assert not result.holds_document and result.cache_kept_tokens == 0 and expected.holds_document
+    assert result.full_cache_bytes == expected.full_cache_bytes
+
+
+def test_a_question_naming_no_window_runs_the_read_once_and_gets_the_eager_cache(session_and_path):
+    session, path = session_and_path
+    eager = session.read(path, SETTINGS)
+    deferred = session.read(path, SETTINGS, defer=True)
+    assert deferred.needs_read(UNLOCATED, WORDS) and not deferred.needs_read(LOCATED, WORDS)
+    result = deferred.ask(UNLOCATED, WORDS)
+    assert result.reread is None and result.holds_document and deferred.pending is None
+    assert result.answer == eager.ask(UNLOCATED, WORDS).answer
+    assert result.cache_kept_tokens == eager.engine.kept_tokens == SETTINGS.budget
+    assert all(torch.equal(a, b) for a, b in zip(keys(deferred), keys(eager)))
+    assert deferred.read_s == deferred.document.read_s == result.read_s > 0
+    assert not deferred.needs_read(UNLOCATED, WORDS)
+    deferred.ask(UNLOCATED, WORDS)
+    assert deferred.engine.document_tokens == eager.engine.document_tokens  # read once
+
+
+def test_read_now_reports_progress_and_a_read_stopped_part_way_is_refused_after(session_and_path):
+    session, path = session_and_path
+    deferred = session.read(path, SETTINGS, defer=True)
+    events = []
+    deferred.read_now(events.append)
+    assert events[-1].tokens == len(deferred.input_ids) and events[-1].cache_tokens == SETTINGS.budget
+    deferred.read_now(events.append)
+    assert len(events) == -(-len(deferred.input_ids) // SETTINGS.chunk_size)  # the second call read nothing
+    stopped = session.read(path, SETTINGS, defer=True)
+
+    def stop(event):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        stopped.read_now(stop)
+    with pytest.raises(LocretError, match="stopped part-way"):
+        stopped.ask(UNLOCATED, WORDS)
+    assert stopped.ask(LOCATED, WORDS).reread  # answers from windows never needed the cache
+
+
+def test_answer_settings_that_need_the_cache_run_the_read_first(session_and_path):
+    session, path = session_and_path
+    for answering in (replace(WORDS, reread=0), replace(WORDS, locate="both")):
+        deferred = session.read(path, SETTINGS, defer=True)
+        result = deferred.ask(LOCATED, answering)
+        assert deferred.pending is None and result.holds_document
+        assert result.cache_kept_tokens == SETTINGS.budget
+
+
+def test_tokenizing_reports_progress_and_the_chunks_come_back_unchanged(session_and_path):
+    session, path = session_and_path
+    events = []
+    deferred = session.read(path, SETTINGS, defer=True, on_progress=events.append)
+    assert [e.cache_tokens for e in events] == [0] * len(events) and events[-1].tokens == len(deferred.input_ids)
+    prefix = prompt_layout(session.loaded.tokenizer).head_ids
+    expected = list(token_chunks(open_document(path), session.loaded.tokenizer, SETTINGS.chunk_size, prefix,
+                                 SourceMap("lines")))
+    assert list(deferred.pending.chunks(deferred.input_ids)) == expected
+
+
+def test_saving_or_mapping_a_deferred_reading_reads_it_first(session_and_path, tmp_path):
+    session, path = session_and_path
+    eager = session.read(path, SETTINGS)
+    deferred = session.read(path, SETTINGS, defer=True)
+    save_reading(deferred, tmp_path / "doc.locret")
+    loaded = session.open(str(tmp_path / "doc.locret"))
+    assert loaded.engine.kept_tokens == SETTINGS.budget
+    assert all(torch.equal(a, b) for a, b in zip(keys(loaded), keys(eager)))
+    mapped = session.read(path, SETTINGS, defer=True)
+    assert mapped.kept_map() == eager.kept_map() and mapped.pending is None
+
+
+def test_a_read_for_questions_is_never_deferred(session_and_path):
+    session, path = session_and_path
+    finch = Session(session.loaded, None, "finch")
+    reading = finch.read(path, SETTINGS, questions=[LOCATED], defer=True)
+    assert reading.pending is None and reading.engine.kept_tokens == SETTINGS.budget
+
+
+def test_session_ask_defers(session_and_path):
+    session, path = session_and_path
+    session.loaded.defaults = {"reread": 1, "reread_tokens": 48, "locate": "words", "max_new_tokens": 4}
+    result = session.ask(path, LOCATED, SETTINGS)
+    assert result.reread and not result.holds_document
+
+
+def test_cli_answers_from_the_window_unread_unless_asked_to_read_first(doc):  # noqa: F811
+    question = "What is the gate code of the north depot?"
+    args = [doc, question, "--reread", "1", "--locate", "words", "--json"]
+    lazy, eager = ask(*args), ask(*args, "--read-first")
+    assert lazy.exit_code == 0 and eager.exit_code == 0, lazy.output + eager.output
+    lazy, eager = json.loads(lazy.stdout), json.loads(eager.stdout)
+    assert lazy["reread"] and lazy["reread"] == eager["reread"] and lazy["answer"] == eager["answer"]
+    assert lazy["kv_cache"]["holds_document"] is False and lazy["kv_cache"]["kept_tokens"] == 0
+    assert eager["kv_cache"]["holds_document"] is True and eager["kv_cache"]["kept_tokens"] == 1024
+    assert lazy["document"]["tokens"] == eager["document"]["tokens"]
+    table = ask(doc, question, "--reread", "1", "--locate", "words")
+    assert table.exit_code == 0 and "bounded read not run" in table.stderr
+
+
+def test_cli_reads_for_a_question_that_names_no_window(doc):  # noqa: F811
+    result = ask(doc, "Who counts the sacks?", "--reread", "1", "--locate", "words", "--no-strict", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["reread"] is None and data["kv_cache"]["holds_document"] is True
+    assert data["kv_cache"]["kept_tokens"] == 1024
