@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import struct
 import sys
 
 import pytest
@@ -12,7 +13,7 @@ from typer.testing import CliRunner
 
 from locret_cli.cli import app
 from locret_cli.errors import LocretError
-from locret_cli.models import named
+from locret_cli.models import gguf, named
 from locret_cli.models.gguf import save_dequantized
 from locret_cli.models.loading import load_model
 
@@ -61,6 +62,35 @@ def test_other_gguf_architectures_and_other_files_are_refused_in_one_line(tmp_pa
     (tmp_path / "d.txt").write_text("text")
     result = runner.invoke(app, ["ask", str(tmp_path / "d.txt"), "q", "--model", str(falcon), "--policy", "full"])
     assert result.exit_code == 1 and "holds a 'falcon' model" in result.stderr and "Traceback" not in result.output
+
+
+def header(*pairs: tuple[str, int, bytes], order: str = "<") -> bytes:
+    """A GGUF file's header (version 3, no tensors) holding `pairs` of (key, value type, packed value)."""
+    text = lambda s: struct.pack(order + "Q", len(s)) + s  # noqa: E731
+    body = b"".join(text(key.encode()) + struct.pack(order + "I", kind) + value for key, kind, value in pairs)
+    return b"GGUF" + struct.pack(order + "IQQ", 3, 0, len(pairs)) + body
+
+
+def test_the_architecture_is_read_from_the_header_past_other_keys_of_every_kind(tmp_path):
+    from gguf import GGUFValueType as T
+
+    text = lambda s, order="<": struct.pack(order + "Q", len(s)) + s  # noqa: E731
+    for order in "<>":
+        pairs = [("tokenizer.ggml.tokens", T.ARRAY, struct.pack(order + "IQ", T.STRING, 2) + text(b"a", order)
+                  + text(b"bc", order)),
+                 ("tokenizer.ggml.scores", T.ARRAY, struct.pack(order + "IQ", T.FLOAT32, 2) + b"\0" * 8),
+                 ("general.alignment", T.UINT32, struct.pack(order + "I", 32)),
+                 ("general.name", T.STRING, text(b"tiny", order)),
+                 ("general.architecture", T.STRING, text(b"qwen2", order))]
+        path = tmp_path / f"h{order == '>'}.gguf"
+        path.write_bytes(header(*pairs, order=order))
+        assert gguf.architecture(path) == "qwen2"
+    path.write_bytes(header(("general.name", T.STRING, text(b"tiny"))))
+    with pytest.raises(LocretError, match="is not a readable GGUF file: its header has no general.architecture"):
+        gguf.architecture(path)
+    path.write_bytes(header(("general.architecture", T.STRING, text(b"llama")))[:-3])
+    with pytest.raises(LocretError, match="is not a readable GGUF file: the header ends inside a string"):
+        gguf.architecture(path)
 
 
 def test_load_4bit_is_refused_for_a_gguf_file(gguf_file):

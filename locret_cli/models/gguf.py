@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import struct
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
+
+import numpy
 
 from locret_cli.errors import LocretError
 
@@ -32,18 +36,66 @@ def require_packages() -> None:
 
 
 def architecture(path: Path) -> str:
-    """The file's `general.architecture`, refusing a file that is missing or not GGUF."""
+    """The file's `general.architecture`, refusing a file that is missing or not GGUF. Only the header's key-value
+    pairs up to that key are read (converters write it first): `GGUFReader` would parse every field, the tokenizer's
+    vocabulary included, which took 3 s for SmolLM2's file."""
     if not path.is_file():
         raise LocretError(f"no such GGUF file: {path}")
     require_packages()
-    from gguf import GGUFReader
-
     try:
-        reader = GGUFReader(str(path))
-        field = reader.fields["general.architecture"]
-        return bytes(field.parts[field.data[0]]).decode()
-    except (KeyError, ValueError, IndexError, OSError) as exc:
-        raise LocretError(f"{path} is not a readable GGUF file: {str(exc).splitlines()[0] if str(exc) else exc!r}")
+        with path.open("rb") as f:
+            return _header_architecture(f)
+    except (ValueError, OSError, struct.error) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else repr(exc)
+        raise LocretError(f"{path} is not a readable GGUF file: {reason}") from None
+
+
+def _header_architecture(f: BinaryIO) -> str:
+    """`general.architecture` from an open GGUF file (magic, version, tensor count, key-value count, then the
+    pairs: key string, value type, value), skipping the values of the keys before it."""
+    from gguf import GGUF_MAGIC, GGUFValueType
+
+    magic, version = struct.unpack("<II", f.read(8))
+    if magic != GGUF_MAGIC:
+        raise ValueError("no GGUF magic at the start")
+    order = "<" if version & 0xFFFF else ">"  # a big-endian file's version reads byte-swapped
+    _, pairs = struct.unpack(order + "QQ", f.read(16))
+
+    def number(code: str) -> int:
+        return struct.unpack(order + code, f.read(struct.calcsize(code)))[0]
+
+    def text() -> bytes:
+        size = number("Q")
+        data = f.read(size)
+        if len(data) != size:
+            raise ValueError("the header ends inside a string")
+        return data
+
+    def skip(kind: int) -> None:
+        if kind == GGUFValueType.STRING:
+            text()
+        elif kind == GGUFValueType.ARRAY:
+            item, count = number("I"), number("Q")
+            if item in (GGUFValueType.STRING, GGUFValueType.ARRAY):
+                for _ in range(count):
+                    skip(item)
+            else:
+                f.seek(count * _scalar_size(item), 1)
+        else:
+            f.seek(_scalar_size(kind), 1)
+
+    for _ in range(pairs):
+        key, kind = text(), number("I")
+        if key == b"general.architecture" and kind == GGUFValueType.STRING:
+            return text().decode()
+        skip(kind)
+    raise ValueError("its header has no general.architecture")
+
+
+def _scalar_size(kind: int) -> int:
+    from gguf import GGUFReader, GGUFValueType
+
+    return numpy.dtype(GGUFReader.gguf_scalar_to_np[GGUFValueType(kind)]).itemsize
 
 
 def check_supported(path: Path) -> str:
