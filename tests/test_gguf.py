@@ -50,6 +50,31 @@ def test_ask_reads_a_document_with_a_gguf_model(gguf_file, tmp_path):
     assert report["kv_cache"]["kept_tokens"] == 64 and report["document"]["tokens"] > 64
 
 
+def test_loading_parses_the_file_once_builds_the_name_map_once_and_restores_gguf(gguf_file, monkeypatch):
+    import gguf as gguf_package
+
+    path, original = gguf_file
+    opened, built = [], []
+    plain_reader, plain_map = gguf_package.GGUFReader, gguf_package.get_tensor_name_map
+
+    def counting_reader(*args, **kwargs):
+        opened.append(args)
+        return plain_reader(*args, **kwargs)
+
+    def counting_map(arch, layers):
+        built.append((arch, layers))
+        return plain_map(arch, layers)
+
+    monkeypatch.setattr(gguf_package, "GGUFReader", counting_reader)
+    monkeypatch.setattr(gguf_package, "get_tensor_name_map", counting_map)
+    loaded = load_model(str(path), device="cpu", dtype="fp32")
+    assert len(opened) == 1 and len(built) == 1
+    assert gguf_package.GGUFReader is counting_reader and gguf_package.get_tensor_name_map is counting_map
+    mine = dict(loaded.model.named_parameters())
+    assert all(torch.equal(mine[name], weight) for name, weight in original.named_parameters())
+    assert loaded.tokenizer.decode(loaded.tokenizer.encode("the gate code")) == "the gate code"
+
+
 def test_other_gguf_architectures_and_other_files_are_refused_in_one_line(tmp_path):
     falcon = tmp_path / "falcon.gguf"
     write_gguf(falcon, tiny_llama(), architecture="falcon")

@@ -54,7 +54,7 @@ class AskResult:
     answer_s: float  # question prefill and decoding
     decode_s: float
     decode_steps: int
-    prefill_tokens_per_s: float  # tokens prefilled in this process (document and question) per second
+    prefill_tokens_per_s: float  # tokens prefilled in this process (document if read, windows, question) per second
     decode_tokens_per_s: float | None
     time_to_first_token_s: float  # from the start of reading (or loading) to the first answer token
     total_s: float  # read_s + answer_s

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import os
 import struct
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -114,7 +115,7 @@ def load(path: Path, dtype, trust_remote_code: bool):
 
     check_supported(path)
     directory, name = str(path.parent), path.name
-    with _without_conversion_bar():
+    with _without_conversion_bar(), _parsed_once():
         tokenizer = AutoTokenizer.from_pretrained(directory, gguf_file=name, trust_remote_code=trust_remote_code)
         model = AutoModelForCausalLM.from_pretrained(
             directory, gguf_file=name, dtype=dtype, trust_remote_code=trust_remote_code, attn_implementation="sdpa"
@@ -134,6 +135,33 @@ def _without_conversion_bar() -> Iterator[None]:
         yield
     finally:
         reader.tqdm = bar
+
+
+@contextmanager
+def _parsed_once() -> Iterator[None]:
+    """Work transformers repeats while loading a GGUF file, done once inside this context; restored on exit.
+
+    - It opens the file with gguf's `GGUFReader` three times (config, tokenizer, weights), and each reader parses
+      every metadata field, the tokenizer's vocabulary included: one reader per file is shared.
+    - It maps GGUF tensor names to its own by walking every submodule of the model, and builds gguf's
+      `TensorNameMap` for the whole architecture again at each one (about 400 times for SmolLM2). The map depends
+      only on the architecture and the layer count: each is built once."""
+    import gguf
+
+    make_reader, build_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    readers: dict[tuple[str, str], object] = {}
+
+    def shared_reader(path, mode="r"):
+        key = (os.path.realpath(path), mode)
+        if key not in readers:
+            readers[key] = make_reader(path, mode)
+        return readers[key]
+
+    gguf.GGUFReader, gguf.get_tensor_name_map = shared_reader, functools.cache(build_map)
+    try:
+        yield
+    finally:
+        gguf.GGUFReader, gguf.get_tensor_name_map = make_reader, build_map
 
 
 def save_dequantized(model, tokenizer, directory: Path) -> Path:
