@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 
 import pytest
 from batch_helpers import QUESTIONS, fact_document, questions_file
@@ -205,6 +206,20 @@ def test_saved_contexts_are_written_once_and_loaded_on_the_next_run(tmp_path):
     assert second.tokens_read == 0 and second.rows[0]["timings"]["loaded_from"] == str(saved)
     assert [r["answer"] for r in second.rows] == [r["answer"] for r in first.rows]
     assert first.rows[0]["answer"] == f"The gate code of the north depot is {gate}."
+
+
+def test_answers_from_windows_leave_the_bounded_read_unrun_and_uncounted(tmp_path):
+    gate, _ = fact_document(tmp_path / "doc.txt", seed=7)
+    settings = {"reread": 1, "locate": "words", "strict": False, "max_new_tokens": 16}
+    worker = DocumentWorker(WorkerSpec(ModelSpec(device="cpu"), settings=settings, threads=2))
+    [job] = expand_inputs(str(tmp_path / "doc.txt"), questions_file(tmp_path))
+    heard = []
+    located = worker.answer(replace(job, questions=[QUESTIONS[0]]), on_tokens=heard.append)
+    assert located.tokens_read == 0 and heard == [] and located.rows[0]["error"] is None
+    assert located.rows[0]["answer"] == f"The gate code of the north depot is {gate}."
+    unlocated = worker.answer(replace(job, questions=["Zyxq vwkj?"]), on_tokens=heard.append)  # no word in it
+    tokens = unlocated.rows[0]["tokens"]
+    assert unlocated.tokens_read == tokens > 0 and sum(heard) >= tokens  # the prompt's head is read too
 
 
 def test_ray_without_the_extra_says_how_to_install_it(monkeypatch):

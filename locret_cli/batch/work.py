@@ -40,7 +40,8 @@ class WorkerSpec:
 
 @dataclass
 class JobResult:
-    """A document's rows, and the tokens this worker read for it (0 when its saved context was loaded)."""
+    """A document's rows, and the tokens this worker read for it into the bounded cache (0 when its saved context
+    was loaded, or when every answer came from re-read windows and the bounded read never ran)."""
 
     rows: list[dict]
     tokens_read: int = 0
@@ -69,39 +70,53 @@ class DocumentWorker:
 
     def answer(self, job: Job, on_tokens: Callable[[int], None] | None = None) -> JobResult:
         """Read `job`'s document once and answer each of its questions; errors become rows."""
+        progress = counted(on_tokens) if on_tokens else None
         try:
-            reading, tokens_read = self._reading(job, on_tokens)
+            reading = self._reading(job, progress)
         except Exception as exc:  # noqa: BLE001  a bad document is a row, never the end of the batch
             return JobResult(error_rows(job, self.spec, one_line(exc), self.name))
         rows = []
         for question in job.questions:
             try:
+                if reading.needs_read(question, self.answering):
+                    reading.read_now(progress)
                 result = reading.ask(question, self.answering, sources=self.sources)
             except Exception as exc:  # noqa: BLE001
                 rows.append(error_rows(job, self.spec, one_line(exc), self.name, [question])[0])
                 continue
             rows.append(answer_row(job, self.spec, question, self.name, result))
-        return JobResult(rows, tokens_read)
+        read_here = reading.loaded_from is None and reading.pending is None
+        return JobResult(rows, reading.document.tokens if read_here else 0)
 
-    def _reading(self, job: Job, on_tokens):
+    def _reading(self, job: Job, progress):
+        """The document's Reading: its saved context if there is one; else, when contexts are saved, the document
+        read; else the document tokenized, its bounded read left for the first answer that needs it."""
         saved = None
         if self.spec.save_contexts:
             saved = Path(self.spec.save_contexts) / f"{Path(job.source).stem}-{job.sha256[:12]}.locret"
             if saved.exists():  # refused if it was read with other settings
-                return self.session.open(str(saved), self.settings), 0
-        seen = [0]
-
-        def progress(event) -> None:
-            on_tokens(event.tokens - seen[0])
-            seen[0] = event.tokens
-
-        reading = self.session.open(job.source, self.settings, on_progress=progress if on_tokens else None,
-                                    questions=job.questions)
+                return self.session.open(str(saved), self.settings)
+        reading = self.session.open(job.source, self.settings, on_progress=progress, questions=job.questions,
+                                    defer=not saved)
         if saved:
             from locret_cli.api.saved_context import save_reading
 
             save_reading(reading, saved, self.session.heads)
-        return reading, reading.document.tokens
+        return reading
+
+
+def counted(on_tokens: Callable[[int], None]) -> Callable:
+    """A bounded read's progress callback that tells `on_tokens` how many tokens each chunk added. Tokenizing for a
+    read left pending reports an empty cache: that is not reading, and is not counted."""
+    seen = [0]
+
+    def progress(event) -> None:
+        if event.cache_tokens == 0:
+            return
+        on_tokens(event.tokens - seen[0])
+        seen[0] = event.tokens
+
+    return progress
 
 
 def answer_row(job: Job, spec: WorkerSpec, question: str, worker: str, result) -> dict:
