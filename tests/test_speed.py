@@ -40,6 +40,36 @@ def test_packed_linears_give_the_same_logits_and_greedy_tokens():
 
 
 @needs_onednn
+def test_siblings_share_one_packed_product_with_the_same_outputs():
+    model = tiny_model("qwen2").to(torch.bfloat16)  # q/k/v with biases, gate/up without
+    pack_linears(model)
+    attention, mlp = model.model.layers[0].self_attn, model.model.layers[0].mlp
+    qkv = {getattr(attention, n).locret_packed_weight[0] for n in ("q_proj", "k_proj", "v_proj")}
+    gate_up = {getattr(mlp, n).locret_packed_weight[0] for n in ("gate_proj", "up_proj")}
+    assert len(qkv) == 1 and len(gate_up) == 1 and qkv != gate_up
+    assert packed_linear.packed_bytes(model) == 2 * sum(m.weight.numel() for m in model.modules()
+                                                        if isinstance(m, torch.nn.Linear))
+    calls = []
+    real = torch.ops.mkldnn._linear_pointwise
+    x = torch.randn(1, 1, model.config.hidden_size, dtype=torch.bfloat16)
+    torch.ops.mkldnn._linear_pointwise = lambda *a: calls.append(a[0]) or real(*a)
+    try:
+        with torch.no_grad():
+            for name in ("q_proj", "k_proj", "v_proj"):
+                module = getattr(attention, name)
+                assert torch.equal(module(x), torch.nn.functional.linear(x, module.weight, module.bias)), name
+            y = x + 1  # a new input: the product runs again
+            assert torch.equal(attention.k_proj(y), torch.nn.functional.linear(y, attention.k_proj.weight,
+                                                                                attention.k_proj.bias))
+            x.mul_(2)  # the same tensor changed in place: again
+            assert torch.equal(attention.q_proj(x), torch.nn.functional.linear(x, attention.q_proj.weight,
+                                                                                attention.q_proj.bias))
+    finally:
+        torch.ops.mkldnn._linear_pointwise = real
+    assert len(calls) == 3
+
+
+@needs_onednn
 def test_only_one_row_goes_through_the_packed_product():
     """Chunks keep F.linear, whose rounding the packed product does not always match; one row is the same."""
     layer = torch.nn.Linear(576, 576, bias=False).to(torch.bfloat16)

@@ -4,7 +4,9 @@
 
 A random-weights model of the preset's shape reads a generated document until its cache holds budget + chunk, then
 decodes `--steps` tokens greedily on forks of the same read, once per mode:
-- packed: the engine as shipped (one-row linears through oneDNN's packed bf16 weights);
+- packed: the engine as shipped (one-row linears through oneDNN's packed bf16 weights, q/k/v and gate/up sharing one
+  packed weight each);
+- packed-separate: each linear with a packed weight of its own, as before the sharing;
 - eager: plain `F.linear`;
 - compile-mlp: each layer's MLP and two RMSNorms compiled (inductor, static shapes), linears unpacked;
 - compile-mlp-freeze: the same with inductor's freezing, which packs the weights inside the graph;
@@ -30,10 +32,11 @@ from locret_cli.core.sources import SourceMap
 from locret_cli.inputs.documents import token_chunks
 from locret_cli.inputs.prompt import prompt_layout
 from locret_cli.inputs.tokenizer import TiktokenTokenizer
+from locret_cli.models import packed_linear
 from locret_cli.models.arch import random_model
 from locret_cli.models.packed_linear import pack_linears
 
-MODES = ("packed", "eager", "compile-mlp", "compile-mlp-freeze", "compile-layers")
+MODES = ("packed", "packed-separate", "eager", "compile-mlp", "compile-mlp-freeze", "compile-layers")
 
 
 def read_engine(model, budget: int, chunk: int, steps: int) -> tuple[Engine, int]:
@@ -55,8 +58,13 @@ def prepare(model, mode: str) -> None:
     import torch._dynamo
     import torch._inductor.config
 
-    if mode == "packed":
-        pack_linears(model)
+    if mode.startswith("packed"):
+        siblings = packed_linear.SIBLINGS
+        packed_linear.SIBLINGS = siblings if mode == "packed" else ()
+        try:
+            pack_linears(model)
+        finally:
+            packed_linear.SIBLINGS = siblings
         return
     torch._dynamo.config.cache_size_limit = 256  # one entry per layer and shape
     torch._inductor.config.freezing = mode == "compile-mlp-freeze"
