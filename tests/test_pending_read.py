@@ -157,3 +157,29 @@ def test_cli_reads_for_a_question_that_names_no_window(doc):  # noqa: F811
     data = json.loads(result.stdout)
     assert data["reread"] is None and data["kv_cache"]["holds_document"] is True
     assert data["kv_cache"]["kept_tokens"] == 1024
+
+
+def test_chat_answers_unread_and_saves_only_after_reading(session_and_path, tmp_path):
+    import io
+
+    from rich.console import Console
+
+    from locret_cli.api.conversation import Conversation
+    from locret_cli.cli.chat import run_chat
+
+    session, path = session_and_path
+    reading = session.read(path, SETTINGS, defer=True)
+    (tmp_path / "taken.locret").write_bytes(b"someone's file")
+    out, err = io.StringIO(), io.StringIO()
+    conversation = Conversation(reading, answering=WORDS)
+
+    def chat(*lines):
+        given = iter(lines)
+        run_chat(conversation, lambda: next(given), Console(file=out, width=200), Console(file=err, width=200))
+
+    chat(LOCATED, f"/save {tmp_path / 'taken.locret'}", "/quit")
+    assert conversation.results[0].reread and not conversation.results[0].holds_document
+    assert "already exists" in err.getvalue() and (tmp_path / "taken.locret").read_bytes() == b"someone's file"
+    assert reading.pending is not None  # refused before reading
+    chat(f"/save {tmp_path / 'new.locret'}", "/quit")
+    assert reading.pending is None and session.open(str(tmp_path / "new.locret")).engine.kept_tokens == SETTINGS.budget

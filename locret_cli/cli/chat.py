@@ -141,8 +141,11 @@ def command(conversation, line: str, out: Console, err: Console, heads) -> None:
         if not argument:
             raise LocretError("/save needs a file name: FILE for the conversation, FILE.locret for the document")
         if argument.endswith(".locret"):
-            from locret_cli.api.saved_context import save_reading
+            from locret_cli.api.saved_context import SUFFIX, save_reading
+            from locret_cli.files import check_output
 
+            check_output(argument, False, SUFFIX)  # refused before a pending read, not after it
+            options.read_pending(conversation.reading, err, False)
             saved = save_reading(conversation.reading, argument, heads)
             err.print(f"saved the read document to {saved.path} ({saved.size_bytes:,} bytes)")
         else:

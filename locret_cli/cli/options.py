@@ -108,9 +108,15 @@ def open_reading(source: str, spec, read: dict, answer: dict, err: Console, quie
 
 def read_if_needed(reading, question: str, answering, err: Console, quiet: bool, history=()) -> None:
     """Run a Reading's pending bounded read, with a progress bar, when answering `question` needs it."""
+    if reading.needs_read(question, answering, history):
+        read_pending(reading, err, quiet)
+
+
+def read_pending(reading, err: Console, quiet: bool) -> None:
+    """Run a Reading's pending bounded read, if any, with a progress bar."""
     from locret_cli.cli.report import DocumentProgress
 
-    if not reading.needs_read(question, answering, history):
+    if reading.pending is None:
         return
     doc = reading.document
     unit, total = ("pages", doc.pages) if doc.kind == "pdf" else ("bytes", doc.size_bytes)
