@@ -104,6 +104,21 @@ def timed_chunks(chunks):
         yield chunk
 
 
+def filled_engine(model, heads, budget: int, chunk: int, tokens: int, steps: int, wrap=iter):
+    """(engine, chunks, tokenizer): a locret engine with `heads` that has read a generated document of `tokens`
+    tokens (the bench's `needle` text, byte-level tokens) until its cache is full, answering with up to `steps` + 1
+    tokens; `chunks` are the document's chunks not read yet, through `wrap`."""
+    tokenizer = TiktokenTokenizer.byte_level()
+    document = generated_samples("needle", tokenizer, tokens, 1)[0].document
+    prefix = prompt_layout(tokenizer).head_ids
+    settings = ReadSettings(budget=budget, chunk_size=chunk, stabilizers=budget // 2)
+    engine = Engine(model, LocretPolicy(heads), settings, stop_ids=set(), pinned=len(prefix),
+                    answering=AnswerSettings(max_new_tokens=steps + 1))
+    chunks = wrap(token_chunks(document, tokenizer, chunk, prefix, SourceMap("lines")))
+    engine.read(islice(chunks, (budget + chunk - 1) // chunk + 1))  # the cache is full from here
+    return engine, chunks, tokenizer
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="smollm2-135m")
@@ -122,14 +137,8 @@ def main() -> None:
     heads = RetainingHeads.for_model(model, args.heads_hidden).eval()
     if not args.no_pack:
         pack_linears(model)
-    tokenizer = TiktokenTokenizer.byte_level()
-    document = generated_samples("needle", tokenizer, args.tokens, 1)[0].document
-    prefix = prompt_layout(tokenizer).head_ids
-    settings = ReadSettings(budget=args.budget, chunk_size=args.chunk, stabilizers=args.budget // 2)
-    engine = Engine(model, LocretPolicy(heads), settings, stop_ids=set(), pinned=len(prefix),
-                    answering=AnswerSettings(max_new_tokens=args.steps + 1))
-    chunks = timed_chunks(token_chunks(document, tokenizer, args.chunk, prefix, SourceMap("lines")))
-    engine.read(islice(chunks, (args.budget + args.chunk - 1) // args.chunk + 1))  # the cache is full from here
+    engine, chunks, tokenizer = filled_engine(model, heads, args.budget, args.chunk, args.tokens, args.steps,
+                                              timed_chunks)
     started = time.perf_counter()
     engine.read(islice(chunks, args.chunks))
     plain_prefill = time.perf_counter() - started

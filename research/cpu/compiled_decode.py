@@ -19,19 +19,13 @@ from __future__ import annotations
 
 import argparse
 import time
-from itertools import islice
 
 import torch
 
-from locret_cli.bench.tasks import generated_samples
+from benchmarks.profile_engine import filled_engine
 from locret_cli.core.engine import Engine
 from locret_cli.core.heads import RetainingHeads
-from locret_cli.core.policies.locret import LocretPolicy
-from locret_cli.core.settings import AnswerSettings, ReadSettings
-from locret_cli.core.sources import SourceMap
-from locret_cli.inputs.documents import token_chunks
-from locret_cli.inputs.prompt import prompt_layout
-from locret_cli.inputs.tokenizer import TiktokenTokenizer
+from locret_cli.core.settings import AnswerSettings
 from locret_cli.models import packed_linear
 from locret_cli.models.arch import random_model
 from locret_cli.models.packed_linear import pack_linears
@@ -40,16 +34,11 @@ MODES = ("packed", "packed-separate", "eager", "compile-mlp", "compile-mlp-freez
 
 
 def read_engine(model, budget: int, chunk: int, steps: int) -> tuple[Engine, int]:
-    """An engine that has read budget + chunk tokens of a generated document, and the first answer token."""
+    """An engine that has read budget + chunk tokens of a generated document (`profile_engine.filled_engine`, heads
+    of hidden width 256), and the first answer token."""
     torch.manual_seed(0)
     heads = RetainingHeads.for_model(model, 256).eval()
-    tokenizer = TiktokenTokenizer.byte_level()
-    document = generated_samples("needle", tokenizer, 2 * (budget + chunk), 1)[0].document
-    prefix = prompt_layout(tokenizer).head_ids
-    settings = ReadSettings(budget=budget, chunk_size=chunk, stabilizers=budget // 2)
-    engine = Engine(model, LocretPolicy(heads), settings, stop_ids=set(), pinned=len(prefix),
-                    answering=AnswerSettings(max_new_tokens=steps))
-    engine.read(islice(token_chunks(document, tokenizer, chunk, prefix, SourceMap("lines")), budget // chunk + 1))
+    engine, _, tokenizer = filled_engine(model, heads, budget, chunk, 2 * (budget + chunk), steps - 1)
     return engine, engine.pick(engine.forward(tokenizer.encode("What is the pass key?"), score=False))
 
 
