@@ -3,6 +3,7 @@ read runs only when an answer needs the cache, and then gives the cache an eager
 
 from __future__ import annotations
 
+import io
 import json
 from dataclasses import replace
 
@@ -77,6 +78,7 @@ def test_read_now_reports_progress_and_a_read_stopped_part_way_is_refused_after(
     events = []
     deferred.read_now(events.append)
     assert events[-1].tokens == len(deferred.input_ids) and events[-1].cache_tokens == SETTINGS.budget
+    assert all(e.reading for e in events)
     deferred.read_now(events.append)
     assert len(events) == -(-len(deferred.input_ids) // SETTINGS.chunk_size)  # the second call read nothing
     stopped = session.read(path, SETTINGS, defer=True)
@@ -104,7 +106,8 @@ def test_tokenizing_reports_progress_and_the_chunks_come_back_unchanged(session_
     session, path = session_and_path
     events = []
     deferred = session.read(path, SETTINGS, defer=True, on_progress=events.append)
-    assert [e.cache_tokens for e in events] == [0] * len(events) and events[-1].tokens == len(deferred.input_ids)
+    assert [(e.cache_tokens, e.reading) for e in events] == [(0, False)] * len(events)
+    assert events[-1].tokens == len(deferred.input_ids)
     prefix = prompt_layout(session.loaded.tokenizer).head_ids
     expected = list(token_chunks(open_document(path), session.loaded.tokenizer, SETTINGS.chunk_size, prefix,
                                  SourceMap("lines")))
@@ -183,3 +186,17 @@ def test_chat_answers_unread_and_saves_only_after_reading(session_and_path, tmp_
     assert reading.pending is not None  # refused before reading
     chat(f"/save {tmp_path / 'new.locret'}", "/quit")
     assert reading.pending is None and session.open(str(tmp_path / "new.locret")).engine.kept_tokens == SETTINGS.budget
+
+
+def test_the_progress_bar_names_tokenizing_apart_from_reading():
+    from rich.console import Console
+
+    from locret_cli.cli.report import DocumentProgress
+    from locret_cli.core.engine import Progress
+
+    bar = DocumentProgress(Console(file=io.StringIO()), "pages", 10, enabled=False)
+    phases = []
+    for event in (Progress(100, 1, 1, 1, 0, reading=False), Progress(200, 2, 2, 2, 64)):
+        bar.update(event)
+        phases.append(bar.bar.tasks[0].fields["phase"])
+    assert phases == ["tokenizing", "reading"]

@@ -27,15 +27,15 @@ class PendingRead:
 
     @classmethod
     def tokenize(cls, chunks: Iterable[TokenChunk], on_progress: Callable[[Progress], None] | None) -> "PendingRead":
-        """Walk `chunks` to the end (tokenizing the document), reporting progress as a read would, with an empty
-        cache."""
+        """Walk `chunks` to the end (tokenizing the document), reporting progress as a read would, marked as not
+        reading, with an empty cache."""
         pending, tokens = cls([], []), 0
         for chunk in chunks:
             tokens += len(chunk.ids)
             pending.lengths.append(len(chunk.ids))
             pending.places.append(TokenChunk([], chunk.first_page, chunk.last_page, chunk.units_done))
             if on_progress:
-                on_progress(Progress(tokens, chunk.units_done, chunk.first_page, chunk.last_page, 0))
+                on_progress(Progress(tokens, chunk.units_done, chunk.first_page, chunk.last_page, 0, reading=False))
         return pending
 
     def chunks(self, input_ids: torch.Tensor) -> Iterator[TokenChunk]:

@@ -107,11 +107,11 @@ class DocumentWorker:
 
 def counted(on_tokens: Callable[[int], None]) -> Callable:
     """A bounded read's progress callback that tells `on_tokens` how many tokens each chunk added. Tokenizing for a
-    read left pending reports an empty cache: that is not reading, and is not counted."""
+    read left pending is not reading, and is not counted."""
     seen = [0]
 
     def progress(event) -> None:
-        if event.cache_tokens == 0:
+        if not event.reading:
             return
         on_tokens(event.tokens - seen[0])
         seen[0] = event.tokens

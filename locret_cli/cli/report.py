@@ -141,12 +141,13 @@ def saved_table(reading: Reading, saved: SavedContext) -> Table:
 
 
 class DocumentProgress:
-    """A Rich progress bar over pages or bytes, showing tokens read and tokens/s; a context manager."""
+    """A Rich progress bar over pages or bytes, showing tokens read (or only tokenized, for a read left pending)
+    and tokens/s; a context manager."""
 
     def __init__(self, console: Console, unit: str, total: int | None, enabled: bool = True):
         self.unit = unit
         self.bar = Progress(
-            TextColumn("[bold]reading"),
+            TextColumn("[bold]{task.fields[phase]}"),
             BarColumn(),
             TaskProgressColumn(),
             TextColumn("{task.fields[where]}"),
@@ -158,7 +159,7 @@ class DocumentProgress:
             disable=not enabled,
             transient=True,
         )
-        self.task = self.bar.add_task("read", total=total, where="", tokens=0, rate=0.0)
+        self.task = self.bar.add_task("read", total=total, phase="reading", where="", tokens=0, rate=0.0)
 
     def __enter__(self) -> "DocumentProgress":
         self.bar.start()
@@ -174,7 +175,7 @@ class DocumentProgress:
         else:
             where = human_bytes(event.units_done)
         self.bar.update(self.task, completed=event.units_done, where=where, tokens=event.tokens,
-                        rate=event.tokens / elapsed)
+                        rate=event.tokens / elapsed, phase="reading" if event.reading else "tokenizing")
 
 
 def train_table(summary, out: str) -> Table:

@@ -33,13 +33,15 @@ LAZY_SHAPES = 16  # lazy prefill: at most this many token counts flow above the 
 
 @dataclass
 class Progress:
-    """Sent after every document chunk."""
+    """Sent after every document chunk. `reading` is False while a document is only tokenized for a read left
+    pending (`PendingRead`): then no chunk has gone through the model, and the cache is empty."""
 
     tokens: int
     units_done: int
     first_page: int | None
     last_page: int | None
     cache_tokens: int
+    reading: bool = True
 
 
 @dataclass
