@@ -89,17 +89,20 @@ def test_other_gguf_architectures_and_other_files_are_refused_in_one_line(tmp_pa
     assert result.exit_code == 1 and "holds a 'falcon' model" in result.stderr and "Traceback" not in result.output
 
 
+def text(s: bytes, order: str = "<") -> bytes:
+    """A GGUF string: its length, then its bytes."""
+    return struct.pack(order + "Q", len(s)) + s
+
+
 def header(*pairs: tuple[str, int, bytes], order: str = "<") -> bytes:
     """A GGUF file's header (version 3, no tensors) holding `pairs` of (key, value type, packed value)."""
-    text = lambda s: struct.pack(order + "Q", len(s)) + s  # noqa: E731
-    body = b"".join(text(key.encode()) + struct.pack(order + "I", kind) + value for key, kind, value in pairs)
+    body = b"".join(text(key.encode(), order) + struct.pack(order + "I", kind) + value for key, kind, value in pairs)
     return b"GGUF" + struct.pack(order + "IQQ", 3, 0, len(pairs)) + body
 
 
 def test_the_architecture_is_read_from_the_header_past_other_keys_of_every_kind(tmp_path):
     from gguf import GGUFValueType as T
 
-    text = lambda s, order="<": struct.pack(order + "Q", len(s)) + s  # noqa: E731
     for order in "<>":
         pairs = [("tokenizer.ggml.tokens", T.ARRAY, struct.pack(order + "IQ", T.STRING, 2) + text(b"a", order)
                   + text(b"bc", order)),

@@ -117,17 +117,18 @@ class Reading:
         sources: int = SOURCES_SHOWN,
         on_token: Callable[[int], None] | None = None,
         history: Sequence[tuple[str, str]] = (),
+        on_read: Callable[[Progress], None] | None = None,
     ) -> AskResult:
         """Answer `question` on a fork of the cache, after the earlier `history` turns (question, answer), if any.
 
         `sources` > 0 also names that many pages or line ranges the answer drew on; 0 skips the cost. An answer
         that the document does not say (`not_stated`) cites none. A bounded read left pending runs first if this
-        answer needs it (`needs_read`); call `read_now` before to follow its progress."""
+        answer needs it (`needs_read` says so beforehand), reporting to `on_read`."""
         check_question(question)
         question_ids = conversation_ids(self.tokenizer, history, question)
         chosen, second = answering or self.answering, None
         if not answers_from_windows(chosen):
-            self.read_now()
+            self.read_now(on_read)
         if chosen.reread:
             if self.input_ids is None:
                 raise SettingError("{reread} needs the document's tokens, which this context was saved without: "
@@ -138,7 +139,7 @@ class Reading:
             generation, engine, cited, windows = second.generation, second.engine, second.sources, second.windows
             generation.time_to_first_token_s += second.extra_s
         else:
-            self.read_now()  # no window named: the bounded cache answers
+            self.read_now(on_read)  # no window named: the bounded cache answers
             engine = self.engine.fork(answering)
             tally = AttentionTally(len(engine.cache.layers), self.engine.kept_tokens) if sources > 0 else None
             generation = engine.answer(question_ids, on_token=on_token, tally=tally)

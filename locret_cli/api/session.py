@@ -138,9 +138,7 @@ class Session:
         it."""
         check_question(question)
         reading = self.read(source, settings, questions=[question], **{"defer": True, **read_options})
-        if reading.needs_read(question, answering):
-            reading.read_now(read_options.get("on_progress"))
-        return reading.ask(question, answering, sources=sources)
+        return reading.ask(question, answering, sources=sources, on_read=read_options.get("on_progress"))
 
     def load(self, path: str) -> Reading:
         """The Reading saved at `path` by `save_reading` (`locret read -o`), without the document."""

@@ -78,9 +78,7 @@ class DocumentWorker:
         rows = []
         for question in job.questions:
             try:
-                if reading.needs_read(question, self.answering):
-                    reading.read_now(progress)
-                result = reading.ask(question, self.answering, sources=self.sources)
+                result = reading.ask(question, self.answering, sources=self.sources, on_read=progress)
             except Exception as exc:  # noqa: BLE001
                 rows.append(error_rows(job, self.spec, one_line(exc), self.name, [question])[0])
                 continue

@@ -85,13 +85,13 @@ def _packed_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     return rows.output(index, x)
 
 
-def pack_linears(model: nn.Module) -> int:
-    """Give every packable linear of `model` a weight packed for one-row products (shared with its `SIBLINGS` where
+def pack_linears(model: nn.Module, siblings: tuple[tuple[str, ...], ...] = SIBLINGS) -> int:
+    """Give every packable linear of `model` a weight packed for one-row products (shared with its `siblings` where
     all of them are packable and alike in bias), and a forward that uses it for one row. Returns how many linears
     were packed; idempotent."""
     groups = []
     for parent in model.modules():
-        for names in SIBLINGS:
+        for names in siblings:
             members = [getattr(parent, name, None) for name in names]
             if all(packable(m) and not hasattr(m, PACKED_ATTRIBUTE) for m in members) and \
                     len({m.bias is None for m in members}) == 1:

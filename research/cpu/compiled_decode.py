@@ -26,9 +26,8 @@ from benchmarks.profile_engine import filled_engine
 from locret_cli.core.engine import Engine
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.core.settings import AnswerSettings
-from locret_cli.models import packed_linear
 from locret_cli.models.arch import random_model
-from locret_cli.models.packed_linear import pack_linears
+from locret_cli.models.packed_linear import SIBLINGS, pack_linears
 
 MODES = ("packed", "packed-separate", "eager", "compile-mlp", "compile-mlp-freeze", "compile-layers")
 
@@ -48,12 +47,7 @@ def prepare(model, mode: str) -> None:
     import torch._inductor.config
 
     if mode.startswith("packed"):
-        siblings = packed_linear.SIBLINGS
-        packed_linear.SIBLINGS = siblings if mode == "packed" else ()
-        try:
-            pack_linears(model)
-        finally:
-            packed_linear.SIBLINGS = siblings
+        pack_linears(model, SIBLINGS if mode == "packed" else ())
         return
     torch._dynamo.config.cache_size_limit = 256  # one entry per layer and shape
     torch._inductor.config.freezing = mode == "compile-mlp-freeze"
