@@ -37,9 +37,10 @@ from recipes.embedded.tokenizer import train_tokenizer
 VOCAB = 3072
 PACKAGE = Path(__file__).resolve().parent.parent / "locret_cli" / "embedded_model"
 # Recorded with the model: compact positions never pass budget + chunk + question + answer, inside the 2048 trained.
-# history_tokens 0: the model was trained on one question per document, so `locret chat` sends it no earlier turns
+# history_tokens 0: the model was trained on one question per document, so `locret chat` sends it no earlier turns;
+# strict: its answers are withheld unless grounded (docs/grounding.md)
 DEFAULTS = {"budget": 1024, "chunk_size": 512, "stabilizers": 128, "score_pool": 13, "max_new_tokens": 48,
-            "trained_positions": 2048, "history_tokens": 0}
+            "history_tokens": 0, "strict": True}
 # Half the heads' documents in training-package prose, 30% of those cut to runs; the keep loss ranks every fact's
 # value above the prose clauses of its form (docs/embedded-model.md, Heads that keep the facts in prose).
 HEADS = {"examples": 2400, "steps": 6000, "hidden": 256, "lr": 5e-4, "prose_share": 0.5, "fragmented": 0.3,

@@ -143,11 +143,11 @@ def test_chat_loop_answers_saves_and_survives_a_stopped_answer(handbook, tmp_pat
     conversation = Conversation(reading)
     real_ask, calls = conversation.ask, []
 
-    def ask(question, on_token=None):
+    def ask(question, on_token=None, on_read=None):
         calls.append(question)
         if question == "stop me":
             raise KeyboardInterrupt
-        return real_ask(question, on_token)
+        return real_ask(question, on_token, on_read)
 
     conversation.ask = ask
     lines = iter([GATE_Q, "stop me", "/sources", f"/save {tmp_path / 'chat.jsonl'}",

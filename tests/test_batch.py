@@ -18,7 +18,7 @@ from locret_cli.batch.work import DocumentWorker, WorkerSpec, error_rows
 from locret_cli.errors import LocretError
 from locret_cli.models.spec import ModelSpec
 
-RUN = WorkerSpec().run()
+RUN = WorkerSpec().identity()
 
 
 def test_a_glob_a_directory_and_a_corpus_name_the_same_documents(tmp_path):
@@ -104,7 +104,7 @@ def test_the_log_refuses_other_options_and_files_that_are_not_logs(tmp_path):
     out = tmp_path / "out.jsonl"
     with AnswerLog.open(out, RUN) as log:
         log.append(rows_for(jobs[0]))
-    other = WorkerSpec(settings={"budget": 500}).run()
+    other = WorkerSpec(settings={"budget": 500}).identity()
     with pytest.raises(LocretError, match="other options \\(budget the default, not 500\\)"):
         AnswerLog.open(out, other)
     (tmp_path / "notes.jsonl").write_text('{"hello": 1}\n')
@@ -157,7 +157,7 @@ def test_a_batch_answers_good_documents_and_turns_bad_ones_into_error_rows(worke
     (docs / "bad-binary.txt").write_bytes(b"\x00\x01\x02" * 500)
     jobs = expand_inputs(str(docs), questions_file(tmp_path))
     out = tmp_path / "out.jsonl"
-    with AnswerLog.open(out, worker.spec.run()) as log:
+    with AnswerLog.open(out, worker.spec.identity()) as log:
         summary = run_batch(jobs, log, InlinePool(worker))
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert (summary.documents, summary.answered, summary.failed, summary.skipped) == (7, 4, 10, 0)
@@ -172,10 +172,10 @@ def test_a_batch_answers_good_documents_and_turns_bad_ones_into_error_rows(worke
         assert answers[(f"good{i}.txt", QUESTIONS[0])] == f"The gate code of the north depot is {gate}."
         assert answers[(f"good{i}.txt", QUESTIONS[1])] == f"The pass key is {key}."
     good = [row for row in rows if not row["error"]]
-    assert all(row["sources"] and row["run"] == worker.spec.run() and row["settings"]["budget"] for row in good)
+    assert all(row["sources"] and row["run"] == worker.spec.identity() and row["settings"]["budget"] for row in good)
     assert [row["grounding"]["status"] for row in good] == ["found"] * 4 and summary.ungrounded == 0
     assert summary.tokens_read == sum({row["source"]: row["tokens"] for row in good}.values()) > 0
-    with AnswerLog.open(out, worker.spec.run()) as log:
+    with AnswerLog.open(out, worker.spec.identity()) as log:
         again = run_batch(jobs, log, InlinePool(worker))
     assert (again.documents, again.skipped) == (0, 14) and len(out.read_text().splitlines()) == 14
 
@@ -185,7 +185,7 @@ def test_an_answer_the_document_does_not_hold_is_withheld_and_counted(worker, tm
     questions = tmp_path / "questions.txt"
     questions.write_text(f"{QUESTIONS[0]}\nWhat is the gate code of the Ardent quarry?\n")
     out = tmp_path / "out.jsonl"
-    with AnswerLog.open(out, worker.spec.run()) as log:
+    with AnswerLog.open(out, worker.spec.identity()) as log:
         summary = run_batch(expand_inputs(str(tmp_path / "doc.txt"), str(questions)), log, InlinePool(worker))
     known, absent = [json.loads(line) for line in out.read_text().splitlines()]
     assert known["answer"] == f"The gate code of the north depot is {gate}." and known["grounding"]["withheld"] is None
@@ -246,7 +246,7 @@ def test_the_cli_refuses_bad_batches_in_one_line(tmp_path):
     questions = questions_file(tmp_path)
     [job] = expand_inputs(str(tmp_path / "a.txt"), questions)
     spec = WorkerSpec(settings={"budget": 1024, "temperature": 0.0, "top_p": 1.0, "seed": 0})  # as the CLI's
-    with AnswerLog.open(tmp_path / "done.jsonl", spec.run()) as log:
+    with AnswerLog.open(tmp_path / "done.jsonl", spec.identity()) as log:
         log.append(rows_for(job, spec=spec))
     cases = [
         (["batch", str(tmp_path / "*.pdf"), "--questions", questions, "--out", "x.jsonl"], "no file matches"),

@@ -34,7 +34,7 @@ def test_a_dead_worker_is_replaced_and_its_document_retried_once(tmp_path):
     jobs = echo_corpus(tmp_path)
     out = tmp_path / "out.jsonl"
     spec = WorkerSpec(threads=1)
-    with AnswerLog.open(out, spec.run()) as log:
+    with AnswerLog.open(out, spec.identity()) as log:
         summary = run_batch(jobs, log, LocalPool(spec, workers=2, factory=EchoWorker))
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     by_doc = {}
@@ -49,7 +49,7 @@ def test_a_dead_worker_is_replaced_and_its_document_retried_once(tmp_path):
 
 def test_a_worker_that_cannot_load_the_model_stops_the_batch_in_one_line(tmp_path):
     jobs = echo_corpus(tmp_path)
-    with AnswerLog.open(tmp_path / "out.jsonl", WorkerSpec().run()) as log:
+    with AnswerLog.open(tmp_path / "out.jsonl", WorkerSpec().identity()) as log:
         with pytest.raises(LocretError, match="a worker could not load the model: no such model: ./nowhere"):
             run_batch(jobs, log, LocalPool(WorkerSpec(ModelSpec(model="./nowhere")), workers=1, factory=UnloadableWorker))
 

@@ -45,7 +45,7 @@ def test_two_actors_give_the_answers_of_a_local_run(cluster, tmp_path):
         fact_document(docs / f"doc{i}.txt", seed=20 + i, paragraphs=60)
     jobs = expand_inputs(str(docs), questions_file(tmp_path))
     spec = WorkerSpec(ModelSpec(device="cpu"), threads=1)
-    with AnswerLog.open(tmp_path / "ray.jsonl", spec.run()) as log:
+    with AnswerLog.open(tmp_path / "ray.jsonl", spec.identity()) as log:
         summary = run_batch(jobs, log, RayPool("local", spec, workers=2))
     local = DocumentWorker(spec)
     expected = {row["key"]: row for job in jobs for row in local.answer(job).rows}
@@ -64,7 +64,7 @@ def test_a_dead_actor_is_replaced_and_its_document_retried_once(cluster, tmp_pat
         (docs / name).write_text(f"first line of {name}\n")
     jobs = expand_inputs(str(docs), questions_file(tmp_path))
     spec = WorkerSpec(threads=1)
-    with AnswerLog.open(tmp_path / "out.jsonl", spec.run()) as log:
+    with AnswerLog.open(tmp_path / "out.jsonl", spec.identity()) as log:
         summary = run_batch(jobs, log, RayPool("local", spec, workers=2, factory=EchoWorker))
     rows = list(rows_of(tmp_path / "out.jsonl").values())
     answers = {(Path(r["source"]).name, r["question"]): (r["answer"], r["error"]) for r in rows}

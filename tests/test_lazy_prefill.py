@@ -251,7 +251,7 @@ def test_cli_reads_lazily_reports_it_and_refuses_bad_values(tmp_path):
     flowed = data["document"]["tokens"] - data["kv_cache"]["lazy_pruned_tokens"]
     assert "lazy prefill: tokens past layer 2" in table.stderr and f"{flowed:,} of" not in table.stderr
     for flags, message in ((["--lazy-after", "4"], "--lazy-after must be below the model's 4 layers, got 4"),
-                           (["--lazy-share", "0"], "--lazy-after must be zero or more and --lazy-share in (0, 1]")):
+                           (["--lazy-share", "0"], "--lazy-share must be in (0, 1], got 0")):
         refused = CliRunner().invoke(app, ["ask", path, question, *flags])
         assert refused.exit_code != 0 and "Traceback" not in refused.output
         assert [line for line in refused.stderr.splitlines() if line.startswith("error")] == [f"error: {message}"]

@@ -49,7 +49,7 @@ def test_an_answer_from_a_located_window_never_runs_the_read(session_and_path):
     assert deferred.pending is not None and deferred.engine.document_tokens == 0
     assert torch.equal(deferred.input_ids, eager.input_ids) and deferred.document.tokens == eager.document.tokens
     result, expected = deferred.ask(LOCATED, WORDS), eager.ask(LOCATED, WORDS)
-    assert result.reread and [(w.first, w.end) for w in result.reread] == [(w.first, w.end) for w in expected.reread]
+    assert result.windows and [(w.first, w.end) for w in result.windows] == [(w.first, w.end) for w in expected.windows]
     assert result.answer == expected.answer and result.sources == expected.sources
     assert deferred.pending is not None and deferred.engine.cache.length() == 0
     assert not result.holds_document and result.cache_kept_tokens == 0 and expected.holds_document
@@ -60,15 +60,19 @@ def test_a_question_naming_no_window_runs_the_read_once_and_gets_the_eager_cache
     session, path = session_and_path
     eager = session.read(path, SETTINGS)
     deferred = session.read(path, SETTINGS, defer=True)
-    assert deferred.needs_read(UNLOCATED, WORDS) and not deferred.needs_read(LOCATED, WORDS)
-    result = deferred.ask(UNLOCATED, WORDS)
-    assert result.reread is None and result.holds_document and deferred.pending is None
+    events = []
+    assert deferred.ask(LOCATED, WORDS, on_read=events.append).route == "windows" and not events
+    assert deferred.pending is not None
+    result = deferred.ask(UNLOCATED, WORDS, on_read=events.append)
+    assert result.route == "bounded-cache" and events and all(e.reading for e in events)
+    assert result.windows is None and result.holds_document and deferred.pending is None
     assert result.answer == eager.ask(UNLOCATED, WORDS).answer
     assert result.cache_kept_tokens == eager.engine.kept_tokens == SETTINGS.budget
     assert all(torch.equal(a, b) for a, b in zip(keys(deferred), keys(eager)))
     assert deferred.read_s == deferred.document.read_s == result.read_s > 0
-    assert not deferred.needs_read(UNLOCATED, WORDS)
-    deferred.ask(UNLOCATED, WORDS)
+    read_events = len(events)
+    deferred.ask(UNLOCATED, WORDS, on_read=events.append)
+    assert len(events) == read_events  # nothing left to read
     assert deferred.engine.document_tokens == eager.engine.document_tokens  # read once
 
 
@@ -78,7 +82,7 @@ def test_read_now_reports_progress_and_a_read_stopped_part_way_is_refused_after(
     events = []
     deferred.read_now(events.append)
     assert events[-1].tokens == len(deferred.input_ids) and events[-1].cache_tokens == SETTINGS.budget
-    assert all(e.reading for e in events)
+    assert all(e.reading and e.unit == "bytes" and e.units_total == len(TEXT.encode()) for e in events)
     deferred.read_now(events.append)
     assert len(events) == -(-len(deferred.input_ids) // SETTINGS.chunk_size)  # the second call read nothing
     stopped = session.read(path, SETTINGS, defer=True)
@@ -90,7 +94,7 @@ def test_read_now_reports_progress_and_a_read_stopped_part_way_is_refused_after(
         stopped.read_now(stop)
     with pytest.raises(LocretError, match="stopped part-way"):
         stopped.ask(UNLOCATED, WORDS)
-    assert stopped.ask(LOCATED, WORDS).reread  # answers from windows never needed the cache
+    assert stopped.ask(LOCATED, WORDS).windows  # answers from windows never needed the cache
 
 
 def test_answer_settings_that_need_the_cache_run_the_read_first(session_and_path):
@@ -137,7 +141,7 @@ def test_session_ask_defers(session_and_path):
     session, path = session_and_path
     session.loaded.defaults = {"reread": 1, "reread_tokens": 48, "locate": "words", "max_new_tokens": 4}
     result = session.ask(path, LOCATED, SETTINGS)
-    assert result.reread and not result.holds_document
+    assert result.windows and not result.holds_document
 
 
 def test_cli_answers_from_the_window_unread_unless_asked_to_read_first(doc):  # noqa: F811
@@ -146,7 +150,7 @@ def test_cli_answers_from_the_window_unread_unless_asked_to_read_first(doc):  # 
     lazy, eager = ask(*args), ask(*args, "--read-first")
     assert lazy.exit_code == 0 and eager.exit_code == 0, lazy.output + eager.output
     lazy, eager = json.loads(lazy.stdout), json.loads(eager.stdout)
-    assert lazy["reread"] and lazy["reread"] == eager["reread"] and lazy["answer"] == eager["answer"]
+    assert lazy["windows"] and lazy["windows"] == eager["windows"] and lazy["answer"] == eager["answer"]
     assert lazy["kv_cache"]["holds_document"] is False and lazy["kv_cache"]["kept_tokens"] == 0
     assert eager["kv_cache"]["holds_document"] is True and eager["kv_cache"]["kept_tokens"] == 1024
     assert lazy["document"]["tokens"] == eager["document"]["tokens"]
@@ -158,7 +162,7 @@ def test_cli_reads_for_a_question_that_names_no_window(doc):  # noqa: F811
     result = ask(doc, "Who counts the sacks?", "--reread", "1", "--locate", "words", "--no-strict", "--json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
-    assert data["reread"] is None and data["kv_cache"]["holds_document"] is True
+    assert data["windows"] is None and data["kv_cache"]["holds_document"] is True
     assert data["kv_cache"]["kept_tokens"] == 1024
 
 
@@ -181,7 +185,7 @@ def test_chat_answers_unread_and_saves_only_after_reading(session_and_path, tmp_
         run_chat(conversation, lambda: next(given), Console(file=out, width=200), Console(file=err, width=200))
 
     chat(LOCATED, f"/save {tmp_path / 'taken.locret'}", "/quit")
-    assert conversation.results[0].reread and not conversation.results[0].holds_document
+    assert conversation.results[0].windows and not conversation.results[0].holds_document
     assert "already exists" in err.getvalue() and (tmp_path / "taken.locret").read_bytes() == b"someone's file"
     assert reading.pending is not None  # refused before reading
     chat(f"/save {tmp_path / 'new.locret'}", "/quit")
@@ -194,9 +198,11 @@ def test_the_progress_bar_names_tokenizing_apart_from_reading():
     from locret_cli.cli.report import DocumentProgress
     from locret_cli.core.engine import Progress
 
-    bar = DocumentProgress(Console(file=io.StringIO()), "pages", 10, enabled=False)
+    bar = DocumentProgress(Console(file=io.StringIO()), enabled=False)
+    assert not bar.bar.tasks  # opened by the first event, sized by it
     phases = []
-    for event in (Progress(100, 1, 1, 1, 0, reading=False), Progress(200, 2, 2, 2, 64)):
+    for event in (Progress(100, 1, 1, 1, 0, reading=False, unit="pages", units_total=10),
+                  Progress(200, 2, 2, 2, 64, unit="pages", units_total=10)):
         bar.update(event)
         phases.append(bar.bar.tasks[0].fields["phase"])
-    assert phases == ["tokenizing", "reading"]
+    assert phases == ["tokenizing", "reading"] and bar.bar.tasks[0].total == 10

@@ -123,6 +123,9 @@ def test_an_answer_that_the_document_is_silent_cites_nothing(session, tmp_path):
         def says_not_stated(self, said):
             return said == answer
 
+        def restated(self, question, said):
+            return None
+
     reading.forms = Silent()
     silent = reading.ask("What is the pass key?")
     assert silent.answer == answer and silent.sources == []

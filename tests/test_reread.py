@@ -9,7 +9,7 @@ import torch
 from conftest import byte_tokenizer, tiny_model
 
 from locret_cli.api import Session
-from locret_cli.api.reread import SEPARATOR, locate
+from locret_cli.api.windows import SEPARATOR, locate
 from locret_cli.api.saved_context import save_reading
 from locret_cli.core.settings import AnswerSettings, ReadSettings
 from locret_cli.core.windows import attention_per_token, best_windows, question_words_per_token
@@ -63,13 +63,13 @@ def test_the_second_pass_reads_exactly_the_windows_the_first_pass_named(reading)
     words = encode_text(reading.tokenizer, "What is the lamp of room 7?")
     spans, _, _ = locate(reading.engine, reading.input_ids, reading.engine.pinned, question_ids, words, answering)
     result = reading.ask("What is the lamp of room 7?", answering)
-    assert [(w.first, w.end) for w in result.reread] == spans and spans
+    assert [(w.first, w.end) for w in result.windows] == spans and spans
     separator = len(encode_text(reading.tokenizer, SEPARATOR))
     read_again = reading.engine.pinned + sum(end - first for first, end in spans) + separator * (len(spans) + 1)
     assert result.cache_peak_tokens >= read_again
-    assert all(w.label.startswith("lines ") for w in result.reread)
+    assert all(w.label.startswith("lines ") for w in result.windows)
     plain = reading.ask("What is the lamp of room 7?", replace(answering, reread=0))
-    assert plain.reread is None
+    assert plain.windows is None
 
 
 def test_a_saved_context_keeps_the_tokens_to_re_read(reading, tmp_path):
@@ -94,5 +94,5 @@ def test_with_nothing_to_locate_the_bounded_cache_answers(reading):
     session, reading = reading
     settings = AnswerSettings(max_new_tokens=2, reread=1, reread_tokens=32, locate="words")
     result = reading.ask("Which is the lamp of room 93?", settings)
-    assert result.reread is None
+    assert result.windows is None
     assert result.answer == reading.ask("Which is the lamp of room 93?", replace(settings, reread=0)).answer

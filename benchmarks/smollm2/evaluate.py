@@ -90,7 +90,7 @@ def run(session: Session, length: int, policy: str, paragraphs: list[str], out: 
                          "expected": fact.answer, "answer": result.answer,
                          "correct": documents.answered(result.answer, fact.answer),
                          "settings": asdict(settings), "answering": asdict(answering),
-                         "reread": None if result.reread is None else [w.to_json() for w in result.reread],
+                         "reread": None if result.windows is None else [w.to_json() for w in result.windows],
                          "read_for": list(result.read_for),
                          "read_s": result.read_s, "holds_document": result.holds_document,
                          "pruned_tokens": reading.engine.pruned_tokens,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from locret_cli.api.reread import Window
-from locret_cli.core.settings import AnswerSettings, ReadSettings
+from locret_cli.api.windows import Window
+from locret_cli.core.settings import AnswerSettings, ReadSettings, settings_json
 from locret_cli.core.sources import Source
 from locret_cli.inputs.grounding import Grounding
 
@@ -24,6 +24,10 @@ class DocumentInfo:
     size_bytes: int | None
     read_s: float  # tokenizing it, and its bounded read once that ran
 
+    def extent(self) -> tuple[str, int | None]:
+        """What progress counts for this document and how many: ("pages", pages) or ("bytes", size)."""
+        return ("pages", self.pages) if self.kind == "pdf" else ("bytes", self.size_bytes)
+
     def to_json(self) -> dict:
         return {"name": self.name, "kind": self.kind, "tokens": self.tokens, "pages": self.pages,
                 "sha256": self.sha256, "size_bytes": self.size_bytes, "read_s": self.read_s}
@@ -38,6 +42,7 @@ class AskResult:
     sources: list[Source] | None  # None when not computed (--no-sources)
     model: str
     policy: str
+    route: str  # the route that answered (`api/routes.py`): "windows" or "bounded-cache"
     settings: ReadSettings
     answering: AnswerSettings
     document: DocumentInfo
@@ -60,10 +65,11 @@ class AskResult:
     total_s: float  # read_s + answer_s
     warnings: list[str] = field(default_factory=list)
     compute: str = ""  # the dtype and why, and whether linears were packed
-    reread: list[Window] | None = None  # the windows read again for this answer (`api/reread.py`), if any
+    windows: list[Window] | None = None  # the windows read again for this answer (`api/windows.py`), if any
     read_for: tuple[str, ...] = ()  # the questions that steered the read; empty: a question-agnostic read
     grounding: Grounding | None = None  # the answer's content checked against the document's text
     withheld: str | None = None  # the model's answer, when `strict` replaced it with REFUSAL
+    restated_from: str | None = None  # the model's own words, when the answer was restated in the question's
 
     def to_json(self) -> dict:
         return {
@@ -73,18 +79,12 @@ class AskResult:
             "model": self.model,
             "document": self.document.to_json(),
             "context": {"loaded_from": self.loaded_from},
-            "budget": self.settings.budget,
-            "chunk_size": self.settings.chunk_size,
-            "stabilizers": self.settings.stabilizers,
-            "score_pool": self.settings.score_pool,
-            "span": self.settings.span,
-            "kv_bits": self.settings.kv_bits,
-            "lazy_after": self.settings.lazy_after,
-            "lazy_share": self.settings.lazy_share,
-            "positions": self.settings.positions,
+            **settings_json(self.settings, self.answering),
             "policy": self.policy,
             "read_for": list(self.read_for),
-            "grounding": None if self.grounding is None else {**self.grounding.to_json(), "withheld": self.withheld},
+            "route": self.route,
+            "grounding": None if self.grounding is None else {**self.grounding.to_json(), "withheld": self.withheld,
+                                                              "restated_from": self.restated_from},
             "kv_cache": {
                 "holds_document": self.holds_document,
                 "kept_tokens": self.cache_kept_tokens,
@@ -103,6 +103,6 @@ class AskResult:
                 "total_s": self.total_s,
                 "compute": self.compute,
             },
-            "reread": None if self.reread is None else [w.to_json() for w in self.reread],
+            "windows": None if self.windows is None else [w.to_json() for w in self.windows],
             "warnings": self.warnings,
         }

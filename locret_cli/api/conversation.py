@@ -14,6 +14,7 @@ from pathlib import Path
 
 from locret_cli.api.answer import AskResult
 from locret_cli.api.reading import Reading
+from locret_cli.core.engine import Progress
 from locret_cli.core.settings import AnswerSettings
 from locret_cli.errors import LocretError
 from locret_cli.inputs.prompt import conversation_ids
@@ -38,9 +39,12 @@ class Conversation:
             turns.pop(0)
         return turns
 
-    def ask(self, question: str, on_token: Callable[[int], None] | None = None) -> AskResult:
-        """Answer `question` after the turns that fit; the turn joins the history once it is complete."""
-        result = self.reading.ask(question, self.answering, self.sources, on_token, history=self.window(question))
+    def ask(self, question: str, on_token: Callable[[int], None] | None = None,
+            on_read: Callable[[Progress], None] | None = None) -> AskResult:
+        """Answer `question` after the turns that fit; the turn joins the history once it is complete. A bounded
+        read left pending runs first if the answer needs it, reporting to `on_read`."""
+        result = self.reading.ask(question, self.answering, self.sources, on_token, history=self.window(question),
+                                  on_read=on_read)
         self.results.append(result)
         return result
 

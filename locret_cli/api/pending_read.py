@@ -1,6 +1,6 @@
 """A bounded read left for later: the document tokenized, its chunks remembered, the read run only if asked for.
 
-With the question's words locating the windows an answer is read from (`reread.answers_from_windows`), the bounded
+With the question's words locating the windows an answer is read from (`routes.LocatedWindows`), the bounded
 cache serves only questions that name no window. `Session.read(defer=True)` therefore tokenizes the document and
 keeps a `PendingRead`; `Reading.read_now` runs it, once, when an answer (or a saved context, or a kept map) needs
 the cache.
@@ -9,7 +9,7 @@ the cache.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -45,3 +45,12 @@ class PendingRead:
             yield TokenChunk(input_ids[start:start + length].tolist(), place.first_page, place.last_page,
                              place.units_done)
             start += length
+
+
+def sized(on_progress: Callable[[Progress], None] | None, unit: str,
+          total: int | None) -> Callable[[Progress], None] | None:
+    """`on_progress`, hearing each event with the document's `unit` ("pages" or "bytes") and `total` of them, so
+    that a progress bar can size itself from the first event."""
+    if on_progress is None:
+        return None
+    return lambda event: on_progress(replace(event, unit=unit, units_total=total))

@@ -9,14 +9,14 @@ from typing import BinaryIO
 import torch
 
 from locret_cli.api.answer import AskResult, DocumentInfo
-from locret_cli.api.pending_read import PendingRead
+from locret_cli.api.pending_read import PendingRead, sized
 from locret_cli.api.reading import SOURCES_SHOWN, Reading
 from locret_cli.core.engine import QUESTION_ALLOWANCE, Engine, Progress
 from locret_cli.core.heads import RetainingHeads, load_heads
 from locret_cli.core.measure import check_fits, human_bytes, plan_memory, reset_peak
 from locret_cli.core.policies import Policy, make_policy
 from locret_cli.core.rope import changes_with_length, rotary_module
-from locret_cli.core.settings import AnswerSettings, ReadSettings, names
+from locret_cli.core.settings import DEFAULT_POLICY, AnswerSettings, ReadSettings, names
 from locret_cli.core.sources import SourceMap, TokenChunk
 from locret_cli.errors import SettingError
 from locret_cli.inputs.documents import Document, open_document, token_chunks
@@ -36,7 +36,7 @@ class Session:
 
     loaded: LoadedModel
     heads: RetainingHeads | None
-    policy: str = "locret"
+    policy: str = DEFAULT_POLICY
 
     def read_settings(self, warn: Callable[[SettingError], None] = lambda _: None, **given) -> ReadSettings:
         """Read settings from, in order: `given` (None values ignored), the model's recorded defaults, the global
@@ -118,7 +118,7 @@ class Session:
         started = engine.clock()
         read_ids: list[torch.Tensor] = []
         chunks = kept_ids(token_chunks(document, tokenizer, settings.chunk_size, prefix, source_map), read_ids)
-        pending = None
+        pending, on_progress = None, sized(on_progress, document.unit, document.total_units)
         if defer and not read_for:
             pending = PendingRead.tokenize(chunks, on_progress)
         else:
@@ -181,7 +181,7 @@ def kept_ids(chunks: Iterable[TokenChunk], into: list[torch.Tensor]) -> Iterator
         yield chunk
 
 
-def load_session(model: str | ModelSpec | None = None, heads: str | None = None, policy: str = "locret",
+def load_session(model: str | ModelSpec | None = None, heads: str | None = None, policy: str = DEFAULT_POLICY,
                  device: str = "auto", dtype: str = "auto", load_4bit: bool = False,
                  trust_remote_code: bool = False, heads_required: bool = True, load_8bit: bool = False,
                  max_memory: str | None = None) -> Session:

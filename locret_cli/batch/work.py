@@ -10,12 +10,12 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from locret_cli.batch.answer_log import row_key
 from locret_cli.batch.inputs import Job
-from locret_cli.core.settings import split_given
+from locret_cli.core.settings import settings_json, split_given
 from locret_cli.errors import LocretError
 from locret_cli.models.spec import ModelSpec
 
@@ -31,8 +31,9 @@ class WorkerSpec:
     save_contexts: str | None = None
     threads: int | None = None  # torch threads per worker; None leaves torch's default
 
-    def run(self) -> dict:
-        """What the answers depend on, as given: rows made under another `run` are not this run's answers."""
+    def identity(self) -> dict:
+        """What the answers depend on, as given: rows made under another identity are not this run's answers (a
+        row's "run")."""
         model = self.model
         return {"model": model.model, "heads": model.heads, "policy": model.policy, "dtype": model.dtype,
                 "load_4bit": model.load_4bit, "load_8bit": model.load_8bit, **dict(sorted(self.settings.items()))}
@@ -121,7 +122,7 @@ def answer_row(job: Job, spec: WorkerSpec, question: str, worker: str, result) -
     return row(job, spec, question, worker, answer=result.answer,
                sources=None if result.sources is None else [s.to_json() for s in result.sources],
                pages=result.document.pages, tokens=result.document.tokens, model=result.model, policy=result.policy,
-               settings={**asdict(result.settings), **asdict(result.answering)},
+               settings=settings_json(result.settings, result.answering),
                timings={"read_s": round(result.read_s, 4), "answer_s": round(result.answer_s, 4),
                         "loaded_from": result.loaded_from},
                grounding=None if result.grounding is None else {**result.grounding.to_json(),
@@ -138,7 +139,8 @@ def row(job: Job, spec: WorkerSpec, question: str, worker: str | None, **fields)
     """The one place a row's keys are listed (docs/batch.md); `fields` fills in what is known."""
     return {"key": row_key(job.document_id, question), "source": job.source, "source_sha256": job.sha256,
             "same_as": job.same_as, "question": question, "answer": None, "sources": None, "pages": None,
-            "tokens": None, "model": spec.model.model, "policy": spec.model.policy, "settings": None, "run": spec.run(),
+            "tokens": None, "model": spec.model.model, "policy": spec.model.policy, "settings": None,
+            "run": spec.identity(),
             "timings": None, "grounding": None, "worker": worker, "error": None, **fields}
 
 

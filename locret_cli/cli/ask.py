@@ -11,6 +11,8 @@ import typer
 from rich.console import Console
 
 from locret_cli.cli import WITHHELD_EXIT, app, domain_errors, options
+from locret_cli.cli.option_groups import ANSWERING, MODEL, OUTPUT_PANEL, READING, option_groups
+from locret_cli.core.settings import settings_json
 from locret_cli.errors import LocretError
 from locret_cli.files import check_output
 from locret_cli.inputs.questions import check_question
@@ -20,22 +22,19 @@ from locret_cli.models.spec import ModelSpec
 
 @app.command()
 @domain_errors
+@option_groups(MODEL, READING)
 def read(
     source: Annotated[str, typer.Argument(help="A .pdf or text file, or - to read stdin.")],
     output: Annotated[str, typer.Option("-o", "--output", help="Where to save the read context; must end in .locret.")],
-    model: options.Model = None, heads: options.Heads = None, policy: options.PolicyName = None,
-    budget: options.Budget = None,
-    chunk_size: options.ChunkSize = None, stabilizers: options.Stabilizers = None, positions: options.Positions = None,
-    score_pool: options.ScorePool = None, span: options.Span = None, kv_bits: options.KvBits = None,
-    lazy_after: options.LazyAfter = None, lazy_share: options.LazyShare = None, device: options.Device = "auto",
-    dtype: options.Dtype = "auto", load_4bit: options.Load4bit = False, load_8bit: options.Load8bit = False,
-    max_memory: options.MaxMemory = None,
-    trust_remote_code: options.TrustRemoteCode = False, encoding: options.Encoding = None,
+    *,
+    spec: ModelSpec,
+    read: dict,
+    encoding: options.Encoding = None,
     kept_map: options.KeptMap = None,
     questions: Annotated[Optional[list[str]], typer.Option("-Q", "--question", help="A question to read the document for (policy finch); repeat for several. Other policies ignore it.")] = None,
     questions_file: Annotated[Optional[str], typer.Option("--questions", help="A file of questions to read the document for (policy finch): one per line, or JSONL with a \"question\" key.")] = None,
-    force: Annotated[bool, typer.Option("--force", help="Replace OUTPUT if it exists, and run even when the estimated memory need exceeds what is free.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout and nothing else.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Replace OUTPUT if it exists, and run even when the estimated memory need exceeds what is free.", rich_help_panel=OUTPUT_PANEL)] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout and nothing else.", rich_help_panel=OUTPUT_PANEL)] = False,
     quiet: options.Quiet = False,
 ) -> None:
     """Read the document at SOURCE once and save its bounded cache to OUTPUT, to ask it later with `locret ask`.
@@ -51,55 +50,49 @@ def read(
     check_output(output, force, SUFFIX)
     if kept_map:
         check_output(kept_map, force, ".png")
-    spec = ModelSpec(model, heads, policy, device, dtype, load_4bit, load_8bit=load_8bit,
-                     trust_remote_code=trust_remote_code, max_memory=max_memory)
-    read_settings = options.read_given(budget, chunk_size, stabilizers, positions, score_pool, span, kv_bits,
-                                        lazy_after, lazy_share)
     read_for = (questions or []) + (load_questions(questions_file) if questions_file else [])
     for text in read_for:
         check_question(text)
-    session, reading, _ = options.open_reading(source, spec, read_settings, {}, err, quiet, encoding, force, read_for)
+    session, reading, _ = options.open_reading(source, spec, read, {}, err, quiet, encoding, force, read_for)
     for message in reading.warnings:
         err.print(f"[yellow]warning:[/] {message}")
     if read_for and not reading.read_for:
-        err.print(f"[yellow]warning:[/] questions steer only --policy finch; {reading.engine.policy.name} read the "
+        err.print(f"[yellow]warning:[/] questions steer only --policy finch; {reading.policy_name} read the "
                   "document question-agnostic")
     saved = save_reading(reading, output, session.heads, force)
     if kept_map:
         draw_kept_map(reading, [], kept_map, force)
     if as_json:
         sys.stdout.write(json.dumps({**vars(saved), "document": reading.document.to_json(), "read_s": reading.read_s,
-                                     "model": reading.model_name, "policy": reading.engine.policy.name,
-                                     "settings": vars(reading.settings), "read_for": list(reading.read_for)}) + "\n")
+                                     "model": reading.model_name, "policy": reading.policy_name,
+                                     "settings": settings_json(reading.settings),
+                                     "read_for": list(reading.read_for)}) + "\n")
     elif not quiet:
         err.print(saved_table(reading, saved))
 
 
 @app.command()
 @domain_errors
+@option_groups(MODEL, READING, ANSWERING)
 def ask(
     source: Annotated[str, typer.Argument(help="A .pdf or text file, - to read stdin, or a context saved by `locret read` (.locret).")],
     question: Annotated[Optional[str], typer.Argument(help="The question to answer from the document.")] = None,
     questions: Annotated[Optional[list[str]], typer.Option("-Q", "--question", help="A question; repeat for several, all answered from one read.")] = None,
     questions_file: Annotated[Optional[str], typer.Option("--questions", help="A file of questions: one per line, or JSONL with a \"question\" key.")] = None,
-    model: options.Model = None, heads: options.Heads = None, policy: options.PolicyName = None,
-    budget: options.Budget = None,
-    chunk_size: options.ChunkSize = None, stabilizers: options.Stabilizers = None, positions: options.Positions = None,
-    score_pool: options.ScorePool = None, span: options.Span = None, kv_bits: options.KvBits = None,
-    lazy_after: options.LazyAfter = None, lazy_share: options.LazyShare = None, max_new_tokens: options.MaxNewTokens = None,
-    stop_repeats: options.StopRepeats = None, reread: options.Reread = None,
-    reread_tokens: options.RereadTokens = None, locate: options.Locate = None, strict: options.Strict = None, temperature: options.Temperature = 0.0,
-    top_p: options.TopP = 1.0, seed: options.Seed = 0, device: options.Device = "auto", dtype: options.Dtype = "auto",
-    load_4bit: options.Load4bit = False, load_8bit: options.Load8bit = False,
-    max_memory: options.MaxMemory = None, trust_remote_code: options.TrustRemoteCode = False, encoding: options.Encoding = None,
-    force: options.Force = False, kept_map: options.KeptMap = None, read_first: options.ReadFirst = False,
-    no_sources: Annotated[bool, typer.Option("--no-sources", help="Do not work out which pages each answer drew on.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout (all the answers) and nothing else.")] = False,
-    as_jsonl: Annotated[bool, typer.Option("--jsonl", help="Print one JSON line per answer on stdout, as each is ready.")] = False,
+    *,
+    spec: ModelSpec,
+    read: dict,
+    answer: dict,
+    read_first: options.ReadFirst = False,
+    encoding: options.Encoding = None, force: options.Force = False, kept_map: options.KeptMap = None,
+    no_sources: options.NoSources = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout (all the answers) and nothing else.", rich_help_panel=OUTPUT_PANEL)] = False,
+    as_jsonl: Annotated[bool, typer.Option("--jsonl", help="Print one JSON line per answer on stdout, as each is ready.", rich_help_panel=OUTPUT_PANEL)] = False,
     quiet: options.Quiet = False,
 ) -> None:
     """Answer questions from the document at SOURCE, reading it once, with the pages each answer drew on."""
     from locret_cli.api.reading import SOURCES_SHOWN
+    from locret_cli.cli.report import DocumentProgress
     from locret_cli.inputs.questions import load_questions
 
     quiet_libraries()
@@ -115,22 +108,16 @@ def ask(
         raise LocretError("choose one of --json and --jsonl")
     if kept_map:
         check_output(kept_map, False, ".png")
-    spec = ModelSpec(model, heads, policy, device, dtype, load_4bit, load_8bit=load_8bit,
-                     trust_remote_code=trust_remote_code, max_memory=max_memory)
-    read_settings = options.read_given(budget, chunk_size, stabilizers, positions, score_pool, span, kv_bits,
-                                        lazy_after, lazy_share)
-    answer_settings = options.answer_given(max_new_tokens, temperature, top_p, seed, stop_repeats, reread,
-                                                     reread_tokens, locate, strict)
-    _, reading, answering = options.open_reading(source, spec, read_settings, answer_settings, err, quiet, encoding,
-                                                 force, questions=asked, defer=not (read_first or kept_map))
+    _, reading, answering = options.open_reading(source, spec, read, answer, err, quiet, encoding, force,
+                                                 questions=asked, defer=not (read_first or kept_map))
     for message in reading.warnings:
         err.print(f"[yellow]warning:[/] {message}")
     results = []
     for text in asked:
         for message in [] if quiet else reading.question_warnings(text):
             err.print(f"[yellow]warning:[/] {message}")
-        options.read_if_needed(reading, text, answering, err, quiet)
-        result = reading.ask(text, answering, sources=0 if no_sources else SOURCES_SHOWN)
+        with DocumentProgress(err, enabled=not quiet) as bar:  # opens only if this answer runs the bounded read
+            result = reading.ask(text, answering, sources=0 if no_sources else SOURCES_SHOWN, on_read=bar.update)
         results.append(result)
         if as_jsonl:
             sys.stdout.write(json.dumps(result.to_json()) + "\n")
@@ -159,8 +146,8 @@ def show_answers(results, out: Console, err: Console, quiet: bool) -> None:
     for result in results:
         if len(results) == 1:
             out.print(result.answer, markup=False)
-            if result.sources or result.reread:
-                out.print(sources_line(result.sources, result.reread), style="dim", markup=False)
+            if result.sources or result.windows:
+                out.print(sources_line(result.sources, result.windows), style="dim", markup=False)
             if not result.answer:
                 err.print("[yellow]warning:[/] the model gave an empty answer (it stopped at once)")
         if warning := grounding_warning(result, "" if len(results) == 1 else f"{result.question} "):
@@ -172,6 +159,6 @@ def draw_kept_map(reading, cited, path: str, force: bool = False) -> None:
     from locret_cli.cli.kept_map import write_kept_map
 
     labels, kept = reading.kept_map()
-    title = (f"{Path(reading.document.name).name}: {reading.engine.kept_tokens:,} entries kept per head of "
+    title = (f"{Path(reading.document.name).name}: {reading.kept_tokens:,} entries kept per head of "
              f"{reading.document.tokens:,} tokens")
     write_kept_map(labels, kept, [s.label() for s in cited], path, title, force)

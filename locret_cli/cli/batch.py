@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -11,6 +12,8 @@ import typer
 from rich.console import Console
 
 from locret_cli.cli import app, domain_errors, options
+from locret_cli.cli.option_groups import ANSWERING, MODEL, OUTPUT_PANEL, READING, option_groups
+from locret_cli.core.settings import DEFAULT_POLICY
 from locret_cli.errors import LocretError
 from locret_cli.models.spec import ModelSpec
 
@@ -19,6 +22,7 @@ EXIT_SOME_FAILED = 3
 
 @app.command()
 @domain_errors
+@option_groups(MODEL, READING, ANSWERING)
 def batch(
     inputs: Annotated[str, typer.Argument(help="A glob ('docs/*.pdf', quoted), a directory, or a JSONL of {\"source\": path, \"questions\": [...]}.")],
     out: Annotated[str, typer.Option("--out", help="The answers, one JSON row per document and question, appended as they come (.jsonl). Rerunning skips what it holds.")],
@@ -29,19 +33,13 @@ def batch(
     save_contexts: Annotated[Optional[str], typer.Option("--save-contexts", help="Keep each document's read cache as DIR/<name>-<hash>.locret; a rerun loads it instead of reading again.")] = None,
     sort: Annotated[bool, typer.Option("--sort", help="When done, rewrite --out in input order (rows are written in completion order).")] = False,
     retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Ask again the questions whose rows in --out are errors (those rows are removed).")] = False,
-    model: options.Model = None, heads: options.Heads = None, policy: options.PolicyName = None,
-    budget: options.Budget = None,
-    chunk_size: options.ChunkSize = None, stabilizers: options.Stabilizers = None, positions: options.Positions = None,
-    score_pool: options.ScorePool = None, span: options.Span = None, kv_bits: options.KvBits = None,
-    lazy_after: options.LazyAfter = None, lazy_share: options.LazyShare = None, max_new_tokens: options.MaxNewTokens = None,
-    stop_repeats: options.StopRepeats = None, reread: options.Reread = None,
-    reread_tokens: options.RereadTokens = None, locate: options.Locate = None, strict: options.Strict = None, temperature: options.Temperature = 0.0,
-    top_p: options.TopP = 1.0, seed: options.Seed = 0, device: options.Device = "auto", dtype: options.Dtype = "auto",
-    load_4bit: options.Load4bit = False, load_8bit: options.Load8bit = False,
-    max_memory: options.MaxMemory = None, trust_remote_code: options.TrustRemoteCode = False,
-    no_sources: Annotated[bool, typer.Option("--no-sources", help="Do not work out which pages each answer drew on.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the run's summary as one JSON document on stdout.")] = False,
-    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="No progress bar and no summary table.")] = False,
+    *,
+    spec: ModelSpec,
+    read: dict,
+    answer: dict,
+    no_sources: options.NoSources = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the run's summary as one JSON document on stdout.", rich_help_panel=OUTPUT_PANEL)] = False,
+    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="No progress bar and no summary table.", rich_help_panel=OUTPUT_PANEL)] = False,
 ) -> None:
     """Ask every document the same questions, each document read once; resumable, on local workers or Ray.
 
@@ -57,23 +55,18 @@ def batch(
     if save_contexts and not Path(save_contexts).is_dir():
         raise LocretError(f"--save-contexts {save_contexts} is not a directory")
     jobs = expand_inputs(inputs, questions_file, exclude=(out,))
-    given = options.read_given(budget, chunk_size, stabilizers, positions, score_pool, span, kv_bits,
-                                        lazy_after, lazy_share)
-    given.update(options.answer_given(max_new_tokens, temperature, top_p, seed, stop_repeats, reread,
-                                                     reread_tokens, locate, strict))
-    local_workers = workers or (None if ray else default_workers(device))
-    model_spec = ModelSpec(model, heads, policy or "locret", device, dtype, load_4bit, load_8bit=load_8bit,
-                           trust_remote_code=trust_remote_code, max_memory=max_memory)
-    spec = WorkerSpec(model_spec, given, not no_sources,
+    local_workers = workers or (None if ray else default_workers(spec.device))
+    model_spec = replace(spec, policy=spec.policy or DEFAULT_POLICY)
+    worker = WorkerSpec(model_spec, read | answer, not no_sources,
                       str(Path(save_contexts).resolve()) if save_contexts else None,
                       threads or (None if ray else max(1, usable_cores() // local_workers)))
     if ray:
         from locret_cli.batch.ray_pool import RayPool
 
-        pool = RayPool(ray, spec, workers)
+        pool = RayPool(ray, worker, workers)
     else:
-        pool = LocalPool(spec, local_workers)
-    with AnswerLog.open(out, spec.run(), retry_failed) as log:
+        pool = LocalPool(worker, local_workers)
+    with AnswerLog.open(out, worker.identity(), retry_failed) as log:
         if log.torn_bytes and not quiet:
             err.print(f"[yellow]warning:[/] {out} ended in a row cut short ({log.torn_bytes} bytes): it was dropped "
                       "and its question is asked again")

@@ -9,8 +9,8 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from locret_cli.cli import app, domain_errors, options
-from locret_cli.core.settings import POLICY_NAMES
+from locret_cli.cli import app, domain_errors, option_groups
+from locret_cli.core.policies import POLICY_NAMES
 from locret_cli.errors import LocretError
 
 
@@ -32,12 +32,12 @@ def bench(
     positions: Annotated[str, typer.Option(help="compact or original.")] = "compact",
     max_new_tokens: Annotated[Optional[int], typer.Option(help="Longest answer, in tokens. Default: 16, and 64 for niah, whose answer is a sentence.")] = None,
     memory_limit: Annotated[Optional[float], typer.Option(help="GiB the full policy may use, weights included. Default: what is free.")] = None,
-    device: options.Device = "auto",
-    dtype: options.Dtype = "auto",
-    load_4bit: options.Load4bit = False,
-    load_8bit: options.Load8bit = False,
-    max_memory: options.MaxMemory = None,
-    trust_remote_code: options.TrustRemoteCode = False,
+    device: option_groups.Device = "auto",
+    dtype: option_groups.Dtype = "auto",
+    load_4bit: option_groups.Load4bit = False,
+    load_8bit: option_groups.Load8bit = False,
+    max_memory: option_groups.MaxMemory = None,
+    trust_remote_code: option_groups.TrustRemoteCode = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document {config, rows} on stdout and nothing else.")] = False,
     csv_path: Annotated[Optional[str], typer.Option("--csv", help="Also write the rows as CSV here (config beside it).")] = None,
     plot: Annotated[Optional[str], typer.Option(help="Also plot accuracy and peak memory against length to this PNG.")] = None,

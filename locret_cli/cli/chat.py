@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from locret_cli.cli import app, domain_errors, options, render
+from locret_cli.cli.option_groups import ANSWERING, ANSWERING_PANEL, MODEL, READING, option_groups
 from locret_cli.errors import LocretError
 from locret_cli.models.library_logs import quiet_libraries
 from locret_cli.models.spec import ModelSpec
@@ -21,19 +22,15 @@ HELP = ("Ask anything about the document. /sources lists what the last answer dr
 
 @app.command()
 @domain_errors
+@option_groups(MODEL, READING, ANSWERING)
 def chat(
     source: Annotated[str, typer.Argument(help="A .pdf or text file, or a context saved by `locret read` (.locret).")],
-    history_tokens: Annotated[Optional[int], typer.Option(help="Tokens of earlier turns kept with each question; the oldest go first. Default 1024, or the model's recorded default (the embedded model: 0, it was trained on single questions).")] = None,
-    model: options.Model = None, heads: options.Heads = None, policy: options.PolicyName = None,
-    budget: options.Budget = None,
-    chunk_size: options.ChunkSize = None, stabilizers: options.Stabilizers = None, positions: options.Positions = None,
-    score_pool: options.ScorePool = None, span: options.Span = None, kv_bits: options.KvBits = None,
-    lazy_after: options.LazyAfter = None, lazy_share: options.LazyShare = None, max_new_tokens: options.MaxNewTokens = None,
-    stop_repeats: options.StopRepeats = None, reread: options.Reread = None,
-    reread_tokens: options.RereadTokens = None, locate: options.Locate = None, strict: options.Strict = None, temperature: options.Temperature = 0.0,
-    top_p: options.TopP = 1.0, seed: options.Seed = 0, device: options.Device = "auto", dtype: options.Dtype = "auto",
-    load_4bit: options.Load4bit = False, load_8bit: options.Load8bit = False,
-    max_memory: options.MaxMemory = None, trust_remote_code: options.TrustRemoteCode = False, encoding: options.Encoding = None,
+    *,
+    spec: ModelSpec,
+    read: dict,
+    answer: dict,
+    history_tokens: Annotated[Optional[int], typer.Option(help="Tokens of earlier turns kept with each question; the oldest go first. Default 1024, or the model's recorded default (the embedded model: 0, it was trained on single questions).", rich_help_panel=ANSWERING_PANEL)] = None,
+    encoding: options.Encoding = None,
     force: options.Force = False,
 ) -> None:
     """Talk about the document at SOURCE: each answer sees the document's cache and the conversation so far."""
@@ -48,14 +45,8 @@ def chat(
         raise LocretError(f"--history-tokens must be zero or more, got {history_tokens}")
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     out = Console(highlight=False, soft_wrap=True)
-    spec = ModelSpec(model, heads, policy, device, dtype, load_4bit, load_8bit=load_8bit,
-                     trust_remote_code=trust_remote_code, max_memory=max_memory)
-    read_settings = options.read_given(budget, chunk_size, stabilizers, positions, score_pool, span, kv_bits,
-                                        lazy_after, lazy_share)
-    answer_settings = options.answer_given(max_new_tokens, temperature, top_p, seed, stop_repeats, reread,
-                                                     reread_tokens, locate, strict)
-    session, reading, answering = options.open_reading(source, spec, read_settings, answer_settings, err, False,
-                                                       encoding, force, defer=True)
+    session, reading, answering = options.open_reading(source, spec, read, answer, err, False, encoding, force,
+                                                       defer=True)
     if history_tokens is None:
         history_tokens = session.loaded.defaults.get("history_tokens", HISTORY_TOKENS)
     how = (f"loaded from {reading.loaded_from} in {reading.read_s:.3f} s (read in {reading.document.read_s:.1f} s)"
@@ -99,14 +90,14 @@ def run_chat(conversation, read_line: Callable[[], str], out: Console, err: Cons
             err.print("[yellow](answer stopped)[/]")
             continue
         last = conversation.results[-1]
-        if last.sources or last.reread:
-            out.print(sources_line((last.sources or [])[:SOURCES_SHOWN], last.reread), style="dim", markup=False)
+        if last.sources or last.windows:
+            out.print(sources_line((last.sources or [])[:SOURCES_SHOWN], last.windows), style="dim", markup=False)
 
 
 def answer_turn(conversation, question: str, out: Console, err: Console) -> None:
     """Answer one turn, printing the answer as it is decoded (once checked, under --strict), then a line on stderr if
     its content is not in the document."""
-    from locret_cli.cli.report import grounding_warning
+    from locret_cli.cli.report import DocumentProgress, grounding_warning
 
     tokenizer, tokens, shown = conversation.reading.tokenizer, [], ""
     strict = (conversation.answering or conversation.reading.answering).strict
@@ -118,9 +109,12 @@ def answer_turn(conversation, question: str, out: Console, err: Console) -> None
         if not text.endswith("\ufffd"):  # wait for the rest of a multi-byte character
             out.print(text[len(shown):].lstrip() if not shown else text[len(shown):], end="", markup=False)
             shown = text
-    options.read_if_needed(conversation.reading, question, conversation.answering, err, False,
-                           conversation.window(question))
-    result = conversation.ask(question, on_token=None if strict else stream)
+    with DocumentProgress(err) as bar:  # opens only if this answer runs the bounded read; shut before its tokens
+        def shown_after_the_bar(token: int) -> None:
+            bar.close()
+            stream(token)
+
+        result = conversation.ask(question, on_token=None if strict else shown_after_the_bar, on_read=bar.update)
     out.print(result.answer if strict else "", markup=False)
     if warning := grounding_warning(result):
         err.print(warning)
@@ -142,10 +136,12 @@ def command(conversation, line: str, out: Console, err: Console, heads) -> None:
             raise LocretError("/save needs a file name: FILE for the conversation, FILE.locret for the document")
         if argument.endswith(".locret"):
             from locret_cli.api.saved_context import SUFFIX, save_reading
+            from locret_cli.cli.report import DocumentProgress
             from locret_cli.files import check_output
 
             check_output(argument, False, SUFFIX)  # refused before a pending read, not after it
-            options.read_pending(conversation.reading, err, False)
+            with DocumentProgress(err) as bar:
+                conversation.reading.read_now(bar.update)
             saved = save_reading(conversation.reading, argument, heads)
             err.print(f"saved the read document to {saved.path} ({saved.size_bytes:,} bytes)")
         else:

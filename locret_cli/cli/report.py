@@ -13,6 +13,8 @@ from locret_cli.api.saved_context import SavedContext
 from locret_cli.core.measure import human_bytes
 from locret_cli.core.sources import Source
 
+ROUTE_NAMES = {"bounded-cache": "the bounded cache", "windows": "re-read windows"}  # `api/routes.py`
+
 
 def cost_table(result: AskResult) -> Table:
     """What the answer cost: document, cache, memory and speed."""
@@ -27,12 +29,15 @@ def cost_table(result: AskResult) -> Table:
         ("reading the document" if result.holds_document else "tokenizing the document", f"{result.read_s:.2f} s")
     kept = f"{result.cache_kept_tokens:,}" if result.holds_document else \
         "- (bounded read not run: the answer came from the re-read window)"
+    route = ROUTE_NAMES[result.route] + (" (no window located)" if result.route == "bounded-cache" and
+                                          result.answering.reread else "")
     rows = [
         ("model", result.model),
         ("compute", result.compute or "-"),
         ("document tokens / pages", f"{result.document.tokens:,} / {pages}"),
         ("policy, positions", f"{result.policy}, {s.positions}" + (f", spans of {s.span}" if s.span > 1 else "")),
         ("read", read_mode(result.read_for)),
+        ("answered from", route),
         ("budget / chunk / stabilizers", f"{s.budget:,} / {s.chunk_size:,} / {s.stabilizers:,}"),
         ("tokens kept in the cache (per head)", kept),
         *([(f"lazy prefill: tokens past layer {s.lazy_after}",
@@ -58,6 +63,9 @@ def grounding_warning(result: AskResult, prefix: str = "") -> Text | None:
     """The warning for stderr when the answer's content is not in the document as written, or was withheld (its
     text never read as markup); else None. `prefix` (the question, when there are several) starts the line."""
     grounding = result.grounding
+    if grounding is not None and grounding.grounded and result.restated_from is not None and result.withheld is None:
+        return Text.assemble(("note: ", "dim"), prefix + f"restated in the question's words; the model answered "
+                             f"{result.restated_from!r}")
     if grounding is None or (grounding.grounded and result.withheld is None):
         return None
     missing = ", ".join(repr(text) for text in grounding.missing()) or "its content"
@@ -128,7 +136,7 @@ def saved_table(reading: Reading, saved: SavedContext) -> Table:
         ("model", reading.model_name),
         ("document tokens / pages", f"{doc.tokens:,} / {'-' if doc.pages is None else doc.pages}"),
         ("policy, budget / chunk / stabilizers",
-         f"{reading.engine.policy.name}, {s.budget:,} / {s.chunk_size:,} / {s.stabilizers:,}"),
+         f"{reading.policy_name}, {s.budget:,} / {s.chunk_size:,} / {s.stabilizers:,}"),
         ("read", read_mode(reading.read_for)),
         ("entries kept per head", f"{saved.entries:,}"),
         ("file size", human_bytes(saved.size_bytes)),
@@ -141,11 +149,11 @@ def saved_table(reading: Reading, saved: SavedContext) -> Table:
 
 
 class DocumentProgress:
-    """A Rich progress bar over pages or bytes, showing tokens read (or only tokenized, for a read left pending)
-    and tokens/s; a context manager."""
+    """A Rich progress bar over a document's pages or bytes, showing tokens read (or only tokenized, for a read left
+    pending) and tokens/s. It opens at the first event, sized by it, so a caller can hand `update` to a step that may
+    not read at all; it closes at `close()` (before an answer's tokens are shown) or at the end of the with block."""
 
-    def __init__(self, console: Console, unit: str, total: int | None, enabled: bool = True):
-        self.unit = unit
+    def __init__(self, console: Console, enabled: bool = True):
         self.bar = Progress(
             TextColumn("[bold]{task.fields[phase]}"),
             BarColumn(),
@@ -159,18 +167,24 @@ class DocumentProgress:
             disable=not enabled,
             transient=True,
         )
-        self.task = self.bar.add_task("read", total=total, phase="reading", where="", tokens=0, rate=0.0)
+        self.task = None
 
     def __enter__(self) -> "DocumentProgress":
-        self.bar.start()
         return self
 
     def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
         self.bar.stop()
 
     def update(self, event) -> None:
+        if self.task is None:
+            self.task = self.bar.add_task("read", total=event.units_total, phase="reading", where="", tokens=0,
+                                          rate=0.0)
+            self.bar.start()
         elapsed = self.bar.tasks[0].elapsed or 1e-9
-        if self.unit == "pages" and event.last_page is not None:
+        if event.unit == "pages" and event.last_page is not None:
             where = f"page {event.last_page}"
         else:
             where = human_bytes(event.units_done)

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from locret_cli.cli import app, domain_errors, options
+from locret_cli.cli import app, domain_errors, option_groups
 from locret_cli.models.library_logs import quiet_libraries
 
 
@@ -42,10 +42,10 @@ def train(
     seed: Annotated[int, typer.Option(help="Seed for head initialisation and data order.")] = 0,
     resume: Annotated[bool, typer.Option("--resume", help="Continue from the newest checkpoint in --out.")] = False,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace heads already in --out.")] = False,
-    device: options.Device = "auto",
+    device: option_groups.Device = "auto",
     dtype: Annotated[str, typer.Option(help="Dtype of the frozen model: auto, bf16, fp16 or fp32.")] = "auto",
     load_4bit: Annotated[bool, typer.Option("--load-4bit", help="Load the frozen model in 4-bit nf4.")] = False,
-    trust_remote_code: options.TrustRemoteCode = False,
+    trust_remote_code: option_groups.TrustRemoteCode = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as one JSON document on stdout.")] = False,
 ) -> None:
     """Train retaining heads for MODEL on prompt/answer DATA and save them in OUT."""

@@ -42,6 +42,8 @@ class Progress:
     last_page: int | None
     cache_tokens: int
     reading: bool = True
+    unit: str = "bytes"  # what `units_done` counts: "pages" or "bytes" (the api sets it from the document)
+    units_total: int | None = None  # the document's pages or bytes; None when unknown (stdin)
 
 
 @dataclass

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import torch
 
-KV_BITS = (16, 8, 4)
 QUANTIZED = ("keys", "values", "unrotated")  # the fields held in kv_bits; the rest stay exact
 SCALE, MINIMUM = "_scale", "_min"
 

@@ -1,51 +1,81 @@
-"""The settings of a read and of an answer, apart: a document's cache is shaped by `ReadSettings`, fixed once it is
-read (and saved with a `.locret` file); each answer from it may use other `AnswerSettings`."""
+"""The settings of a read and of an answer, apart, each declared once: name, type, default, help and bounds.
+
+A document's cache is shaped by `ReadSettings`, fixed once it is read (and saved with a `.locret` file); each answer
+from it may use other `AnswerSettings`. Each field's `setting(...)` metadata is the one declaration that the checks
+here, the command line's options (`cli/setting_options.py`), `--json`, batch rows and the docs table read.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import Field, dataclass, field, fields, replace
 
-from locret_cli.core.kv_quant import KV_BITS
 from locret_cli.errors import SettingError
 
+DEFAULT_POLICY = "locret"  # the eviction policy unless one is asked for (`core/policies`: every policy by name)
+KV_BITS = (16, 8, 4)  # bits per cached key and value (`kv_quant.py`)
 POSITION_MODES = ("compact", "original")
 LOCATE_MODES = ("attention", "words", "both")  # what names the windows `--reread` reads again
-POLICY_NAMES = ("locret", "streaming", "h2o", "snapkv", "lazyllm", "finch", "random", "knorm", "full")  # `policies.make_policy` builds each
+
+
+def setting(default, help: str, *, minimum: float | None = None, odd: bool = False, choices: tuple = (),
+            above: float | None = None, at_most: float | None = None, flag: str | None = None) -> Field:
+    """A settings field: its default, its help, and its bounds (`minimum` inclusive; `above` exclusive with
+    `at_most`, an interval such as (0, 1]; `odd`; `choices`). `flag` overrides the option's name(s)."""
+    return field(default=default, metadata=dict(help=help, minimum=minimum, odd=odd, choices=choices, above=above,
+                                                at_most=at_most, flag=flag))
+
+
+def bound_error(spec: Field, value) -> str | None:
+    """Why `value` breaks `spec`'s bounds, as "must be ...", or None when it is within them."""
+    meta = spec.metadata
+    if meta["odd"] and (value < 1 or value % 2 == 0):
+        return "must be a positive odd number"
+    if meta["minimum"] is not None and value < meta["minimum"]:
+        return "must be positive" if meta["minimum"] == 1 else "must be zero or more"
+    if meta["above"] is not None and not meta["above"] < value <= meta["at_most"]:
+        return f"must be in ({meta['above']:g}, {meta['at_most']:g}]"
+    if meta["choices"] and value not in meta["choices"]:
+        *rest, last = [str(choice) for choice in meta["choices"]]
+        return f"must be {', '.join(rest)} or {last}"
+    return None
+
+
+def check_bounds(settings) -> None:
+    """Raise SettingError naming the first field of `settings` (a settings dataclass) out of its bounds."""
+    for spec in fields(settings):
+        value = getattr(settings, spec.name)
+        if (why := bound_error(spec, value)) is not None:
+            shown = repr(value) if isinstance(value, str) else f"{value:g}" if isinstance(value, float) else value
+            raise SettingError(f"{{{spec.name}}} {why}, got {{value}}", value=shown)
 
 
 @dataclass(frozen=True)
 class ReadSettings:
     """How a document streams through the model into the bounded cache."""
 
-    budget: int = 6000
-    chunk_size: int = 3072
-    stabilizers: int = 2500
-    positions: str = "compact"
-    score_pool: int = 1  # locret: max-pool scores over this many neighbouring tokens (`LocretPolicy`)
-    span: int = 1  # entries kept or dropped in blocks of this many document tokens (`policies.select`); 1: singly
-    kv_bits: int = 16  # keys and values held as the model makes them (16), or quantized per entry to 8 or 4 bits
-    lazy_after: int = 0  # lazy prefill (`lazy_prefill.py`): tokens this many layers would drop skip the rest; 0: off
-    lazy_share: float = 1.0  # lazy prefill prunes at most this share of a chunk's tokens
+    budget: int = setting(6000, "Cache entries kept per KV head.", minimum=1)
+    chunk_size: int = setting(3072, "Tokens prefilled per step.", minimum=1)
+    stabilizers: int = setting(2500, "Most recent entries always kept; clipped to budget/2 if it does not fit.",
+                               minimum=0)
+    positions: str = setting("compact", "compact: renumber kept entries 0..n-1; original: keep true positions.",
+                             choices=POSITION_MODES)
+    score_pool: int = setting(1, "locret: each score becomes the best within this many neighbouring tokens (odd), "
+                                 "so a highly rated entry keeps its neighbours.", odd=True)
+    span: int = setting(1, "Keep or drop entries in blocks of this many document tokens, each ranked by its best "
+                           "score, so that what is kept reads as text; 1: each entry on its own.", minimum=1)
+    kv_bits: int = setting(16, "Bits per cached key and value: 16 (as the model makes them), 8 or 4 (quantized per "
+                               "entry and head, with its own scale; scores and positions stay exact).",
+                           choices=KV_BITS)
+    lazy_after: int = setting(0, "Lazy prefill: a chunk's tokens that the first N layers' eviction would drop skip "
+                                 "the layers above them, so reading costs fewer FLOPs; 0: off.", minimum=0)
+    lazy_share: float = setting(1.0, "Lazy prefill prunes at most this share of a chunk's tokens, the best-scored "
+                                     "of the rest still flowing.", above=0, at_most=1)
 
     def checked(self, warn: Callable[[str], None] = lambda _: None) -> "ReadSettings":
-        """These settings made valid: bad values raise SettingError; stabilizers >= budget are clipped to
-        budget // 2, with a warning."""
-        for name in ("budget", "chunk_size"):
-            if getattr(self, name) <= 0:
-                raise SettingError(f"{{{name}}} must be positive, got {{value}}", value=getattr(self, name))
-        if self.stabilizers < 0:
-            raise SettingError("{stabilizers} must be zero or more, got {value}", value=self.stabilizers)
-        if self.span < 1:
-            raise SettingError("{span} must be positive, got {value}", value=self.span)
-        if self.score_pool < 1 or self.score_pool % 2 == 0:
-            raise SettingError("{score_pool} must be a positive odd number, got {value}", value=self.score_pool)
-        if self.lazy_after < 0 or not 0 < self.lazy_share <= 1:
-            raise SettingError("{lazy_after} must be zero or more and {lazy_share} in (0, 1]")
-        if self.kv_bits not in KV_BITS:
-            raise SettingError("{kv_bits} must be 16, 8 or 4, got {value}", value=self.kv_bits)
-        if self.positions not in POSITION_MODES:
-            raise SettingError("{positions} must be compact or original, got {value!r}", value=self.positions)
+        """These settings made valid: a value out of bounds raises SettingError; stabilizers >= budget are clipped
+        to budget // 2, with a warning."""
+        check_bounds(self)
         if self.stabilizers >= self.budget:
             clipped = self.budget // 2
             warn(SettingError("{stabilizers} {given} does not fit in {budget} {budget_value}; using {clipped}",
@@ -58,34 +88,37 @@ class ReadSettings:
 class AnswerSettings:
     """How one answer is decoded from a read document."""
 
-    max_new_tokens: int = 256
-    temperature: float = 0.0
-    top_p: float = 1.0
-    seed: int = 0
-    stop_repeats: int = 0  # stop an answer that repeats a run of this many tokens or more right after itself; 0: off
-    reread: int = 0  # answer from this many windows of the document read again whole (`api/reread.py`); 0: off
-    reread_tokens: int = 1024  # tokens per re-read window
-    locate: str = "attention"  # what names the windows: the first answer's attention, the question's words, or both
-    strict: bool = False  # replace an answer whose content is not in the document with "The document does not say."
+    max_new_tokens: int = setting(256, "Longest answer, in tokens.", minimum=1)
+    temperature: float = setting(0.0, "Sampling temperature; 0 decodes greedily.", minimum=0)
+    top_p: float = setting(1.0, "Nucleus sampling mass when the temperature is above 0.", above=0, at_most=1)
+    seed: int = setting(0, "Seed for sampling.")
+    stop_repeats: int = setting(0, "Stop an answer that repeats a run of this many tokens or more right after "
+                                   "itself, dropping the repeat; 0: off.", minimum=0)
+    reread: int = setting(0, "Answer from this many windows of the document read again whole, where --locate "
+                             "places them; 0: off (the bounded cache answers).", minimum=0)
+    reread_tokens: int = setting(1024, "Tokens per re-read window.", minimum=1)
+    locate: str = setting("attention", "What places the re-read windows: attention (where a first answer from the "
+                                       "bounded cache looked), words (where the question's rarer words occur), or "
+                                       "both.", choices=LOCATE_MODES)
+    strict: bool = setting(False, "Replace an answer whose specific content (numbers, names, codes, phrases) is not "
+                                  "in the document with \"The document does not say.\", and exit with status 4.",
+                           flag="--strict/--no-strict")
 
     def checked(self) -> "AnswerSettings":
-        """These settings, or SettingError for a bad value."""
-        if self.max_new_tokens <= 0:
-            raise SettingError("{max_new_tokens} must be positive, got {value}", value=self.max_new_tokens)
-        if self.reread < 0 or self.reread_tokens < 1:
-            raise SettingError("{reread} must be zero or more and {reread_tokens} positive")
-        if self.locate not in LOCATE_MODES:
-            raise SettingError("{locate} must be attention, words or both, got {value!r}", value=self.locate)
-        if self.stop_repeats < 0:
-            raise SettingError("{stop_repeats} must be zero or more, got {value}", value=self.stop_repeats)
-        if self.temperature < 0 or not 0 < self.top_p <= 1:
-            raise SettingError("{temperature} must be >= 0 and {top_p} in (0, 1]")
+        """These settings, or SettingError for a value out of bounds."""
+        check_bounds(self)
         return self
 
 
 def names(kind: type) -> tuple[str, ...]:
     """The setting names of `kind` (ReadSettings or AnswerSettings)."""
     return tuple(f.name for f in fields(kind))
+
+
+def settings_json(read: ReadSettings, answering: AnswerSettings | None = None) -> dict:
+    """Every setting by name, read ones first: the shape `--json`, `read --json` and batch rows share."""
+    chosen = [read] + ([answering] if answering is not None else [])
+    return {spec.name: getattr(kind, spec.name) for kind in chosen for spec in fields(kind)}
 
 
 def split_given(given: Mapping[str, object]) -> tuple[dict, dict]:

@@ -55,6 +55,17 @@ def says_not_stated(answer: str) -> bool:
     return answer == NOT_STATED or (answer.startswith("The ") and answer.endswith(NOT_STATED_ENDING))
 
 
+def restated(question: str, answer: str) -> str | None:
+    """The value `answer` gives ("... is 4821."), in the words of `question`, when it is of the model's form: "What
+    is the gate code of the north depot?" gets "The gate code of the north depot is 4821.". None for a question of
+    another form, an answer with no " is " or none after it, or a not-stated reply."""
+    question = question.strip()
+    _, said, value = answer.strip().rpartition(" is ")
+    if not of_model_form(question) or not said or not value.strip(" .") or says_not_stated(answer):
+        return None
+    return f"The {question[len('What is the '):-1]} is {value}"
+
+
 class EmbeddedForms:
     """The embedded model's question forms and its "not stated" reply, as `LoadedModel.forms`."""
 
@@ -63,6 +74,9 @@ class EmbeddedForms:
 
     def says_not_stated(self, answer: str) -> bool:
         return says_not_stated(answer)
+
+    def restated(self, question: str, answer: str) -> str | None:
+        return restated(question, answer)
 
 
 def load_embedded(device: str = "auto", dtype: str = "auto") -> tuple[LoadedModel, RetainingHeads]:

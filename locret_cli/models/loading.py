@@ -29,6 +29,10 @@ class QuestionForms(Protocol):
     def says_not_stated(self, answer: str) -> bool:
         """Whether `answer` is the model's reply that the document does not say."""
 
+    def restated(self, question: str, answer: str) -> str | None:
+        """`answer`'s value in the question's own words ("The gate code of the north depot is 4821."), or None when
+        the question or the answer is not of the model's form."""
+
 
 @dataclass
 class LoadedModel:

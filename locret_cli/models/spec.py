@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from locret_cli.core.settings import DEFAULT_POLICY
+
 
 @dataclass(frozen=True)
 class ModelSpec:
@@ -14,7 +16,7 @@ class ModelSpec:
 
     model: str | None = None
     heads: str | None = None
-    policy: str = "locret"
+    policy: str = DEFAULT_POLICY
     device: str = "auto"
     dtype: str = "auto"
     load_4bit: bool = False

@@ -1,4 +1,5 @@
-"""Eviction policies, one small class each. `make_policy` builds one by name."""
+"""Eviction policies, one small class each, in one registry: `POLICIES` by name, which `make_policy`, the bench and
+the tests share."""
 
 from __future__ import annotations
 
@@ -9,34 +10,20 @@ from locret_cli.core.policies.full import FullPolicy
 from locret_cli.core.policies.locret import LocretPolicy
 from locret_cli.core.policies.simple import KNormPolicy, RandomPolicy
 from locret_cli.core.policies.streaming import StreamingPolicy
-from locret_cli.core.settings import POLICY_NAMES
+from locret_cli.core.settings import DEFAULT_POLICY
 from locret_cli.core.shape import ModelShape
-from locret_cli.errors import LocretError, SettingError
+from locret_cli.errors import LocretError
 
-__all__ = ["POLICY_NAMES", "Policy", "make_policy", "select"]
+POLICIES: dict[str, type[Policy]] = {policy.name: policy for policy in (
+    LocretPolicy, StreamingPolicy, H2OPolicy, SnapKVPolicy, LazyLLMPolicy, FinchPolicy, RandomPolicy, KNormPolicy,
+    FullPolicy)}
+POLICY_NAMES = tuple(POLICIES)
+
+__all__ = ["DEFAULT_POLICY", "POLICIES", "POLICY_NAMES", "Policy", "make_policy", "select"]
 
 
 def make_policy(name: str, model, heads: RetainingHeads | None = None, score_pool: int = 1) -> Policy:
     """The policy called `name` for `model`; `locret` needs `heads`, and pools its scores over `score_pool`."""
-    if name == "locret":
-        if heads is None:
-            raise SettingError("the locret policy needs retaining heads: pass {heads} DIR")
-        return LocretPolicy(heads, score_pool)
-    shape = ModelShape.from_config(model.config)
-    if name == "streaming":
-        return StreamingPolicy(shape.kv_heads)
-    if name == "h2o":
-        return H2OPolicy(shape.head_dim)
-    if name == "snapkv":
-        return SnapKVPolicy(shape.head_dim)
-    if name == "lazyllm":
-        return LazyLLMPolicy(shape.head_dim)
-    if name == "finch":
-        return FinchPolicy(shape.head_dim)
-    if name == "random":
-        return RandomPolicy(shape.kv_heads)
-    if name == "knorm":
-        return KNormPolicy(shape.head_dim)
-    if name == "full":
-        return FullPolicy()
-    raise LocretError(f"unknown policy {name!r}; choose one of {', '.join(POLICY_NAMES)}")
+    if name not in POLICIES:
+        raise LocretError(f"unknown policy {name!r}; choose one of {', '.join(POLICY_NAMES)}")
+    return POLICIES[name].build(ModelShape.from_config(model.config), heads, score_pool)

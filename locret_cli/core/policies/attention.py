@@ -51,6 +51,10 @@ class AttentionScoredPolicy(Policy):
     def __init__(self, head_dim: int):
         self.head_dim = head_dim
 
+    @classmethod
+    def build(cls, shape, heads=None, score_pool: int = 1) -> Policy:
+        return cls(shape.head_dim)
+
     def score(self, layer_idx, q, k, v, token_index):
         return torch.zeros(q.shape[0], k.shape[-1] // self.head_dim, q.shape[1], device=q.device)
 

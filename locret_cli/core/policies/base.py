@@ -6,6 +6,8 @@ from typing import ClassVar
 
 import torch
 
+from locret_cli.core.shape import ModelShape
+
 
 class Policy:
     """Scores new cache entries as they are prefilled; the engine keeps the top `budget` per KV head.
@@ -18,6 +20,11 @@ class Policy:
     observes: ClassVar[bool] = False  # True: `observe` also sees each layer's attention during prefill
     reads_question: ClassVar[bool] = False  # True: the question is read after every chunk and sets `question_length`
     prunes: ClassVar[bool] = False  # True: reads with lazy prefill even when no `lazy_after` is given (LazyLLM)
+
+    @classmethod
+    def build(cls, shape: ModelShape, heads=None, score_pool: int = 1) -> "Policy":
+        """This policy for a model of `shape`; `heads` and `score_pool` serve the policies that use them."""
+        return cls()
 
     def score(
         self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, token_index: torch.Tensor

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.core.policies.base import Policy
 from locret_cli.core.profile_marks import HEADS, mark
+from locret_cli.errors import SettingError
 
 
 class LocretPolicy(Policy):
@@ -18,6 +19,12 @@ class LocretPolicy(Policy):
     best-rated pieces. 1 is the paper's rule."""
 
     name = "locret"
+
+    @classmethod
+    def build(cls, shape, heads: RetainingHeads | None = None, score_pool: int = 1) -> Policy:
+        if heads is None:
+            raise SettingError("the locret policy needs retaining heads: pass {heads} DIR")
+        return cls(heads, score_pool)
 
     def __init__(self, heads: RetainingHeads, score_pool: int = 1):
         self.heads, self.score_pool = heads, score_pool

@@ -12,6 +12,10 @@ class RandomPolicy(Policy):
 
     name = "random"
 
+    @classmethod
+    def build(cls, shape, heads=None, score_pool: int = 1) -> Policy:
+        return cls(shape.kv_heads)
+
     def __init__(self, kv_heads: int, seed: int = 0):
         self.kv_heads = kv_heads
         self.generator = torch.Generator(device="cpu").manual_seed(seed)
@@ -25,6 +29,10 @@ class KNormPolicy(Policy):
     """Keys with a small norm tend to draw attention, so the score is minus the key's L2 norm per KV head."""
 
     name = "knorm"
+
+    @classmethod
+    def build(cls, shape, heads=None, score_pool: int = 1) -> Policy:
+        return cls(shape.head_dim)
 
     def __init__(self, head_dim: int):
         self.head_dim = head_dim

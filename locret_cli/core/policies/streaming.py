@@ -12,6 +12,10 @@ class StreamingPolicy(Policy):
 
     name = "streaming"
 
+    @classmethod
+    def build(cls, shape, heads=None, score_pool: int = 1) -> Policy:
+        return cls(shape.kv_heads)
+
     def __init__(self, kv_heads: int, sinks: int = 4):
         self.kv_heads, self.sinks = kv_heads, sinks
 

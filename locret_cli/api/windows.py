@@ -6,8 +6,8 @@ measure it) names where in the document it looked; the second reads the `reread`
 tokens around those places again, whole, with a full cache, and answers from them. Memory stays bounded by the
 budget plus the windows.
 
-Located by the question's words alone, an answer never reads the bounded cache: `answers_from_windows`. A Reading
-then runs its bounded read only when an answer needs it (`Session.read(defer=True)`): when no window is found.
+Located by the question's words alone, an answer never reads the bounded cache. A Reading then runs its bounded read
+only when an answer needs it (`Session.read(defer=True)`): when no window is found (`routes.LocatedWindows`).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ class Window:
 
 
 @dataclass
-class Reread:
+class WindowAnswer:
     """The second pass: its generation, the windows it read, the sources (the pages or lines inside the windows where
     the locating signal was strongest), and its engine."""
 
@@ -50,12 +50,6 @@ class Reread:
     sources: list[Source] | None
     engine: Engine
     extra_s: float  # before the second pass's question: locating (a probe answer, if any) and reading the windows
-
-
-def answers_from_windows(answering: AnswerSettings) -> bool:
-    """Whether answers under `answering` come from re-read windows that the question's words locate, leaving the
-    bounded cache unread unless no window is found."""
-    return answering.reread > 0 and answering.locate == "words"
 
 
 def locate(reader: Engine, input_ids: torch.Tensor, pinned: int, question_ids: list[int], words: list[int],
@@ -80,8 +74,8 @@ def locate(reader: Engine, input_ids: torch.Tensor, pinned: int, question_ids: l
     return best_windows(per_token, answering.reread, answering.reread_tokens, pinned), per_token, probe_s
 
 
-def reread(reader: Engine, tokenizer, input_ids: torch.Tensor, source_map: SourceMap, question: str,
-           question_ids: list[int], answering: AnswerSettings, sources: int, on_token=None) -> Reread | None:
+def answer_from_windows(reader: Engine, tokenizer, input_ids: torch.Tensor, source_map: SourceMap, question: str,
+           question_ids: list[int], answering: AnswerSettings, sources: int, on_token=None) -> WindowAnswer | None:
     """Answer `question_ids` from the windows `locate` names, read whole after the prompt's head; None when nothing
     names a window (then the bounded cache answers)."""
     pinned = reader.pinned
@@ -108,7 +102,7 @@ def reread(reader: Engine, tokenizer, input_ids: torch.Tensor, source_map: Sourc
         for first, end in spans:
             inside[first:end] = True
         cited = top_sources(source_map, units_best(source_map, signal * inside), sources)
-    return Reread(generation, windows, cited, engine, extra_s)
+    return WindowAnswer(generation, windows, cited, engine, extra_s)
 
 
 def window_label(source_map: SourceMap, first: int, end: int) -> str:

@@ -1,0 +1,74 @@
+"""The one step after every route: an answer checked against the document before anyone sees it.
+
+- Grounding (`grounding.ground`): is the answer's specific content in the document as written?
+- Restating: a model that copies a value into a fixed form (the embedded one) sometimes garbles the question's own
+  phrase around a right value ("The keeper surveyors name of ... is Ashby."). When that answer is not grounded and
+  the same value, restated in the question's words (`QuestionForms.restated`), is, the restated answer is shown.
+- Strict mode: an untrusted answer is replaced with "The document does not say.", and the model's words are kept
+  as `withheld`.
+- Sources: none for an answer that says the document is silent; else the pages that hold the answer's content first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from locret_cli.core.sources import Source, answer_first
+from locret_cli.inputs.grounding import REFUSAL, Grounding, ground
+from locret_cli.models.loading import QuestionForms
+
+if TYPE_CHECKING:
+    from locret_cli.api.reading import Reading
+    from locret_cli.api.routes import Drafted
+
+
+@dataclass
+class Checked:
+    """An answer as shown: its text, sources, grounding, the model's answer if strict mode withheld it, and the
+    model's own words if the answer was restated in the question's."""
+
+    answer: str
+    sources: list[Source] | None
+    grounding: Grounding | None
+    withheld: str | None = None
+    restated_from: str | None = None
+
+
+def check_answer(reading: Reading, question: str, drafted: Drafted, sources: int) -> Checked:
+    """`drafted`'s answer to `question`, grounded in `reading`'s text (when its tokens are at hand), restated or
+    withheld as the model's forms and strict mode say, with its sources ordered (`sources` > 0) or None."""
+    generation, answering, forms = drafted.generation, drafted.engine.answering, reading.forms
+    answer = reading.tokenizer.decode(generation.token_ids, skip_special_tokens=True).strip()
+    cut = len(generation.token_ids) >= answering.max_new_tokens
+    text = reading.document_text() if reading.input_ids is not None else None
+    grounding = ground(question, answer, text, cut) if text is not None else None
+    restated_from = withheld = None
+    if grounding is not None and not grounding.grounded and forms is not None:
+        restated = forms.restated(question, answer)
+        again = ground(question, restated, text, cut) if restated else None
+        if again is not None and again.status == "found":
+            answer, restated_from, grounding = restated, answer, again
+    if answering.strict and untrusted(forms, question, answer, grounding, cut):
+        answer, withheld = REFUSAL, answer
+    cited = drafted.sources
+    if answer == REFUSAL or (forms and forms.says_not_stated(answer)):
+        cited = None
+    elif cited and grounding is not None:
+        cited = answer_first(cited, grounding.units(), reading.source_map, sources)
+    shown = cited if cited is not None else [] if sources > 0 else None
+    return Checked(answer, shown, grounding, withheld, restated_from)
+
+
+def untrusted(forms: QuestionForms | None, question: str, answer: str, grounding: Grounding | None,
+              cut: bool) -> bool:
+    """Whether a strict answer must be withheld: its content is not in the document as written; or the model cannot
+    answer a question of this form (the embedded model's out-of-form questions); or a model that answers only with a
+    value (the embedded one) gave none ("The water ration of the old library is."), without the token limit to
+    blame."""
+    if grounding is not None and not grounding.grounded:
+        return True
+    if forms is None:
+        return False
+    no_value = grounding is not None and grounding.status == "n/a" and not cut and not forms.says_not_stated(answer)
+    return no_value or forms.warning(question) is not None

@@ -1,0 +1,107 @@
+"""The ways an answer is made from a read document: one small class per route, one `answer()` each.
+
+- `BoundedCache` ("bounded-cache"): the answer reads the document's bounded cache, on a fork of it, and cites the
+  pages its attention went to. A bounded read left pending runs first.
+- `LocatedWindows` ("windows"): the answer reads a few windows of the document again, whole, with a full cache, where
+  the question's words (or the bounded cache's attention) locate it (`windows.py`); when nothing locates a window,
+  `BoundedCache` answers.
+
+`route_for(answering)` names the route an answer's settings choose; `Reading.ask` runs it, then checks the answer
+(`answer_checks.py`). A new route (a reader trained for the bounded cache, a second hop) is one more class here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from locret_cli.api.windows import Window, answer_from_windows
+from locret_cli.core.citations import AttentionTally
+from locret_cli.core.engine import Engine, Generation, Progress
+from locret_cli.core.settings import AnswerSettings
+from locret_cli.core.sources import Source
+from locret_cli.errors import SettingError
+
+if TYPE_CHECKING:
+    from locret_cli.api.reading import Reading
+
+
+@dataclass
+class Turn:
+    """One question to answer: its text, its ids in the chat layout (after any earlier turns), the settings, how many
+    sources to name, and who hears the answer's tokens and a pending read's progress."""
+
+    question: str
+    question_ids: list[int]
+    answering: AnswerSettings
+    sources: int
+    on_token: Callable[[int], None] | None = None
+    on_read: Callable[[Progress], None] | None = None
+
+
+@dataclass
+class Drafted:
+    """What a route produced, before the answer is checked: the generation, the engine that answered (a fork of the
+    reading's, or one over re-read windows), the sources it cited (None: not computed), the windows read again
+    (None: none), the tokens it read itself, and the route that answered."""
+
+    generation: Generation
+    engine: Engine
+    sources: list[Source] | None
+    windows: list[Window] | None
+    tokens_read: int
+    route: str
+
+
+class Route:
+    """How an answer is made from a Reading."""
+
+    name: ClassVar[str]
+
+    def answer(self, reading: Reading, turn: Turn) -> Drafted:
+        raise NotImplementedError
+
+
+class BoundedCache(Route):
+    """The answer reads the bounded cache (its pending read runs first), on a fork; its attention to the kept entries
+    names the sources."""
+
+    name = "bounded-cache"
+
+    def answer(self, reading: Reading, turn: Turn) -> Drafted:
+        reading.read_now(turn.on_read)
+        engine = reading.engine.fork(turn.answering)
+        tally = AttentionTally(len(engine.cache.layers), reading.engine.kept_tokens) if turn.sources > 0 else None
+        generation = engine.answer(turn.question_ids, on_token=turn.on_token, tally=tally)
+        cited = tally.sources(reading.engine.cache, engine.cache, reading.source_map, turn.sources) if tally else None
+        return Drafted(generation, engine, cited, None, 0, self.name)
+
+
+class LocatedWindows(Route):
+    """The answer reads `reread` windows of the document again, whole; `BoundedCache` answers when none is located.
+    Windows located by the question's words alone never need the bounded read; attention needs it first."""
+
+    name = "windows"
+
+    def answer(self, reading: Reading, turn: Turn) -> Drafted:
+        if reading.input_ids is None:
+            raise SettingError("{reread} needs the document's tokens, which this context was saved without: read the "
+                               "document again")
+        if turn.answering.locate != "words":
+            reading.read_now(turn.on_read)
+        second = answer_from_windows(reading.engine, reading.tokenizer, reading.input_ids, reading.source_map, turn.question,
+                        turn.question_ids, turn.answering, turn.sources, turn.on_token)
+        if second is None:
+            return BoundedCache().answer(reading, turn)
+        second.generation.time_to_first_token_s += second.extra_s
+        return Drafted(second.generation, second.engine, second.sources, second.windows,
+                       second.engine.document_tokens, self.name)
+
+
+ROUTES: dict[str, type[Route]] = {route.name: route for route in (BoundedCache, LocatedWindows)}
+
+
+def route_for(answering: AnswerSettings) -> Route:
+    """The route `answering` chooses: re-read windows when `reread` > 0, else the bounded cache."""
+    return LocatedWindows() if answering.reread > 0 else BoundedCache()

@@ -1,0 +1,66 @@
+"""docs/cli.md's table of reading and answering settings, made from their declarations (`core/settings.py`) and the
+defaults recorded with the embedded model and with each model locret ships heads for.
+
+    python -m recipes.settings_table     # rewrites the table between its markers in docs/cli.md
+
+`tests/test_settings_schema.py` checks that the page holds the table this makes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import fields
+from pathlib import Path
+
+from locret_cli.core.settings import AnswerSettings, ReadSettings
+from locret_cli.models.embedded import EMBEDDED_DIR
+from locret_cli.models.shipped import DEFAULTS_FILE, HEADS_ROOT
+
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "cli.md"
+BEGIN = "<!-- settings table: made by python -m recipes.settings_table from core/settings.py -->"
+END = "<!-- end of the settings table -->"
+SHIPPED_NAMES = {"smollm2-135m-instruct": "SmolLM2"}
+
+
+def recorded_defaults() -> list[tuple[str, dict]]:
+    """(model name, settings recorded with it): the embedded model, then each model with shipped heads."""
+    recorded = [("embedded", json.loads((EMBEDDED_DIR / DEFAULTS_FILE).read_text()))]
+    for directory in sorted(HEADS_ROOT.iterdir()):
+        if (directory / DEFAULTS_FILE).is_file():
+            recorded.append((SHIPPED_NAMES.get(directory.name, directory.name),
+                             json.loads((directory / DEFAULTS_FILE).read_text())))
+    return recorded
+
+
+def shown(value) -> str:
+    return ("on" if value else "off") if isinstance(value, bool) else f"{value:g}" if isinstance(value, float) else \
+        str(value)
+
+
+def table() -> str:
+    """The Markdown table: one row per setting, read ones first, with its flag, default and help."""
+    recorded = recorded_defaults()
+    rows = ["| option | default | meaning |", "|---|---|---|"]
+    for kind, applies in ((ReadSettings, "read"), (AnswerSettings, "answer")):
+        for spec in fields(kind):
+            flag = spec.metadata["flag"] or "--" + spec.name.replace("_", "-")
+            others = [f"{name}: {shown(values[spec.name])}" for name, values in recorded
+                      if spec.name in values and values[spec.name] != spec.default]
+            default = shown(spec.default) + (f" ({', '.join(others)})" if others else "")
+            rows.append(f"| `{flag.replace('/', '` / `')}` | {default} | {applies}: {spec.metadata['help']} |")
+    return "\n".join(rows)
+
+
+def with_table(page: str) -> str:
+    """`page` with the text between the markers replaced by `table()`."""
+    head, _, rest = page.partition(BEGIN)
+    _, _, tail = rest.partition(END)
+    return f"{head}{BEGIN}\n{table()}\n{END}{tail}"
+
+
+def main() -> None:
+    PAGE.write_text(with_table(PAGE.read_text()))
+
+
+if __name__ == "__main__":
+    main()

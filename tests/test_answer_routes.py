@@ -1,0 +1,92 @@
+"""How an answer is made: the route the answer's settings choose (`api/routes.py`), named in `--json` and the cost
+table, and the one check after every route (`api/answer_checks.py`), which restates a fixed-form answer in the
+question's words only when that makes a wrong-worded right value grounded."""
+
+from __future__ import annotations
+
+import io
+from dataclasses import replace
+from types import SimpleNamespace
+
+import pytest
+from rich.console import Console
+from test_pending_read import LOCATED, SETTINGS, UNLOCATED, WORDS, session_and_path  # noqa: F401  (fixture)
+
+from locret_cli.api import load_session
+from locret_cli.api.answer_checks import check_answer
+from locret_cli.api.routes import ROUTES, BoundedCache, LocatedWindows, route_for
+from locret_cli.core.settings import AnswerSettings
+from locret_cli.inputs.grounding import REFUSAL
+from locret_cli.models.embedded import restated
+
+GATE = "What is the gate code of the north depot?"
+FACT = "The gate code of the north depot is 4821."
+
+
+def test_the_answer_settings_choose_the_route():
+    assert isinstance(route_for(AnswerSettings()), BoundedCache)
+    assert isinstance(route_for(AnswerSettings(reread=1)), LocatedWindows)
+    assert ROUTES == {"bounded-cache": BoundedCache, "windows": LocatedWindows}
+
+
+def test_json_and_the_cost_table_name_the_route_that_answered(session_and_path):  # noqa: F811
+    from locret_cli.cli.report import cost_table
+
+    session, path = session_and_path
+    reading = session.read(path, SETTINGS)
+    located, unlocated = reading.ask(LOCATED, WORDS), reading.ask(UNLOCATED, WORDS)
+    plain = reading.ask(LOCATED, replace(WORDS, reread=0))
+    assert [r.route for r in (located, unlocated, plain)] == ["windows", "bounded-cache", "bounded-cache"]
+    assert located.to_json()["route"] == "windows" and located.to_json()["windows"]
+    assert unlocated.to_json()["windows"] is None and plain.to_json()["reread"] == 0
+
+    def row(result) -> str:
+        console = Console(width=200, record=True, file=io.StringIO())
+        console.print(cost_table(result))
+        return next(line for line in console.export_text().splitlines() if "answered from" in line)
+
+    assert "re-read windows" in row(located)
+    assert "the bounded cache (no window located)" in row(unlocated)
+    assert "the bounded cache" in row(plain) and "no window" not in row(plain)
+
+
+def test_restating_takes_the_question_s_words_around_the_value():
+    assert restated(GATE, "The gate codes north depot is 4821.") == FACT
+    assert restated("What is the pass key?", "The pass keyy is 52.") == "The pass key is 52."
+    assert restated(GATE, "The gate code of the north depot is not stated.") is None
+    assert restated(GATE, "4821") is None and restated(GATE, "It is .") is None
+    assert restated("Who signed it?", "Ashby is 4821.") is None  # not of the model's form
+
+
+@pytest.fixture(scope="module")
+def embedded_reading(tmp_path_factory):
+    path = tmp_path_factory.mktemp("doc") / "doc.txt"
+    path.write_text("The mill grinds wheat by the river. " * 20 + FACT + " The road bends east. " * 20)
+    return load_session(device="cpu").read(str(path))
+
+
+def drafted(reading, answer: str, strict: bool = True):
+    ids = reading.tokenizer.encode(answer, add_special_tokens=False)
+    answering = AnswerSettings(max_new_tokens=48, strict=strict)
+    return SimpleNamespace(generation=SimpleNamespace(token_ids=ids), engine=SimpleNamespace(answering=answering),
+                           sources=None)
+
+
+@pytest.mark.parametrize("said, shown, restated_from, withheld", [
+    (FACT, FACT, None, None),  # grounded as said: left as it is
+    ("The gate codes north depot is 4821.", FACT, "The gate codes north depot is 4821.", None),  # value found
+    ("The gate codes north depot is 4822.", REFUSAL, None, "The gate codes north depot is 4822."),  # value not found
+])
+def test_a_garbled_fixed_form_answer_is_restated_only_when_its_value_is_in_the_document(
+        embedded_reading, said, shown, restated_from, withheld):
+    checked = check_answer(embedded_reading, GATE, drafted(embedded_reading, said), sources=0)
+    assert (checked.answer, checked.restated_from, checked.withheld) == (shown, restated_from, withheld)
+    assert checked.grounding.grounded == (withheld is None)
+
+
+def test_a_model_without_fixed_forms_is_never_restated(embedded_reading):
+    general = replace(embedded_reading, forms=None)
+    checked = check_answer(general, GATE, drafted(general, "The gate codes north depot is 4821.", strict=False),
+                           sources=0)
+    assert checked.answer == "The gate codes north depot is 4821." and checked.restated_from is None
+    assert not checked.grounding.grounded
