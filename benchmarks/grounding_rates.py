@@ -1,4 +1,4 @@
-"""How often grounding (`inputs/grounding.py`) lets a made-up answer through, and how often it flags a right one.
+"""How often grounding (`checks/grounding.py`) lets a made-up answer through, and how often it flags a right one.
 
 Each document is read once; its questions are answered with --strict on, on forks of the cache:
 - answerable: the facts the document states;
@@ -36,7 +36,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from locret_cli.api import load_session
-from locret_cli.inputs.grounding import REFUSAL, DocumentText, ground, words
+from locret_cli.checks.grounding import REFUSAL, DocumentText, ground, words
 from locret_cli.models.embedded import says_not_stated
 from recipes import prose
 from recipes.embedded.validation import absent_questions, dev_document, prose_document

@@ -46,7 +46,7 @@ def locret_worker(spec: dict) -> dict:
     from locret_cli.core.settings import ReadSettings
     from locret_cli.core.sources import TokenChunk
     from locret_cli.models.arch import random_model
-    from locret_cli.models.packed_linear import pack_linears
+    from locret_cli.runtime.packed_linear import pack_linears
 
     model = random_model(spec["preset"], torch.bfloat16)
     torch.manual_seed(SEED)

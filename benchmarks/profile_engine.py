@@ -32,7 +32,7 @@ from locret_cli.inputs.prompt import prompt_layout
 from locret_cli.inputs.tokenizer import TiktokenTokenizer
 from locret_cli.models.arch import random_model
 from locret_cli.models.loading import DTYPES
-from locret_cli.models.packed_linear import pack_linears
+from locret_cli.runtime.packed_linear import pack_linears
 
 MARK_CATEGORIES = {
     marks.CACHE_UPDATE: "cache append", marks.CAPTURE: "hooks and q/k/v capture", marks.HEADS: "retaining heads",

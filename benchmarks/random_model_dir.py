@@ -9,6 +9,7 @@ import torch
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.inputs.tokenizer import TIKTOKEN_FILE, TiktokenTokenizer
 from locret_cli.models.arch import random_model
+from locret_cli.models.heads_files import save_heads
 
 
 def write_random_model(preset: str, directory: str | Path, dtype: torch.dtype = torch.bfloat16) -> Path:
@@ -17,5 +18,5 @@ def write_random_model(preset: str, directory: str | Path, dtype: torch.dtype = 
     model = random_model(preset, dtype)
     model.save_pretrained(directory)
     TiktokenTokenizer.byte_level().save(directory / TIKTOKEN_FILE)
-    RetainingHeads.for_model(model).save(directory / "heads", extra={"note": "random weights"})
+    save_heads(RetainingHeads.for_model(model), directory / "heads", extra={"note": "random weights"})
     return directory

@@ -10,14 +10,24 @@ from pathlib import Path
 from locret_cli.errors import LocretError, SettingError
 
 
+def refuse_existing(path: str | Path, force: bool | None = None) -> Path:
+    """`path` as a Path, unless a file is there already and `force` is not set: then a one-line error, which names
+    `--force` where the command has one (`force` False; None: no such option)."""
+    path = Path(path).expanduser()
+    if path.exists() and not force:
+        if force is None:
+            raise LocretError(f"{path} already exists; choose another path")
+        raise SettingError("{path} already exists; choose another path or pass {force} to replace it", path=path)
+    return path
+
+
 def check_output(path: str | Path, force: bool, suffix: str) -> Path:
     """`path` as a Path if a file may be written there: it ends in `suffix`, its folder exists, and it does not
     exist yet (or `force`). One-line LocretError otherwise."""
     path = Path(path).expanduser()
     if path.suffix.lower() != suffix:
         raise LocretError(f"{path}: the file's name must end in {suffix}")
-    if path.exists() and not force:
-        raise SettingError("{path} already exists; choose another path or pass {force} to replace it", path=path)
+    refuse_existing(path, force)
     if not path.parent.is_dir():
         raise LocretError(f"cannot write {path}: {path.parent} is not a directory")
     return path

@@ -15,8 +15,8 @@ from test_pending_read import LOCATED, SETTINGS, UNLOCATED, WORDS, session_and_p
 from locret_cli.api import load_session
 from locret_cli.api.answer_checks import check_answer
 from locret_cli.api.routes import ROUTES, BoundedCache, LocatedWindows, route_for
+from locret_cli.checks.grounding import REFUSAL
 from locret_cli.core.settings import AnswerSettings
-from locret_cli.inputs.grounding import REFUSAL
 from locret_cli.models.embedded import restated
 
 GATE = "What is the gate code of the north depot?"

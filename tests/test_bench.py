@@ -8,6 +8,7 @@ import json
 import pytest
 import torch
 from conftest import tiny_model
+from transformers import DynamicCache
 from typer.testing import CliRunner
 
 from locret_cli.bench import parse_lengths
@@ -15,6 +16,7 @@ from locret_cli.bench.flops import FlopCounter, counting
 from locret_cli.bench.runner import ROW_FIELDS, row_variant
 from locret_cli.bench.tasks import Question, contains_match, data_samples, exact_match, generated_samples, needle_depths
 from locret_cli.cli import app
+from locret_cli.core.cache import cache_kwargs
 from locret_cli.errors import LocretError, SettingError
 from locret_cli.inputs.tokenizer import TiktokenTokenizer
 
@@ -91,8 +93,9 @@ def test_flop_counter_matches_the_formula_for_each_call():
     layers, heads, head_dim = 2, 4, 16
     decoder = sum(p.numel() for p in model.model.layers.parameters())
     with counting(model, counter), torch.no_grad():
-        out = model(input_ids=torch.arange(10).unsqueeze(0), use_cache=True, logits_to_keep=1)
-        model(input_ids=torch.tensor([[5]]), past_key_values=out.past_key_values, use_cache=True, logits_to_keep=1)
+        cache = cache_kwargs(model, DynamicCache(config=model.config))  # one cache, as the engine passes it
+        model(input_ids=torch.arange(10).unsqueeze(0), **cache, use_cache=True, logits_to_keep=1)
+        model(input_ids=torch.tensor([[5]]), **cache, use_cache=True, logits_to_keep=1)
     expected = sum(2 * decoder * n + 4 * layers * heads * head_dim * n * (c + (n + 1) / 2) + 2 * 64 * 300
                    for n, c in [(10, 0), (1, 10)])
     assert counter.total == pytest.approx(expected, rel=1e-9)

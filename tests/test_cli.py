@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from locret_cli.cli import app
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.models.embedded import load_embedded
+from locret_cli.models.heads_files import save_heads
 
 runner = CliRunner()
 FILLER = "The river bends past the old mill, where the miller counts his sacks twice a day. "
@@ -98,7 +99,7 @@ def test_stabilizers_that_do_not_fit_are_clipped_with_a_warning(doc):
 
 
 def test_local_model_with_heads_and_baseline_policies(tmp_path, doc, llama_dir):
-    RetainingHeads.for_model(tiny_model("llama"), hidden=16).save(tmp_path / "heads")
+    save_heads(RetainingHeads.for_model(tiny_model("llama"), hidden=16), tmp_path / "heads")
     base = [doc, "q?", "--model", llama_dir, "--json", "--budget", 64, "--chunk-size", 32, "--max-new-tokens", 4]
     for extra in (["--heads", tmp_path / "heads"], ["--policy", "streaming"], ["--policy", "full"]):
         result = ask(*base, *extra)
@@ -118,7 +119,7 @@ def bad_inputs(tmp_path, llama_dir):
     (tmp_path / "empty.txt").write_text("")
     (tmp_path / "corrupt.pdf").write_bytes(b"%PDF-1.4\nnonsense")
     plain = text_pdf(tmp_path / "plain.pdf", ["text"])
-    RetainingHeads.for_model(tiny_model("mistral"), hidden=8).save(tmp_path / "mistral-heads")
+    save_heads(RetainingHeads.for_model(tiny_model("mistral"), hidden=8), tmp_path / "mistral-heads")
     gpt2_dir = tmp_path / "gpt2"
     from transformers import GPT2Config, GPT2LMHeadModel
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from conftest import VOCAB, tiny_model
 from transformers import DynamicCache
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
+from locret_cli.core.cache import cache_kwargs
 from locret_cli.core.engine import Engine
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.core.policies import Policy, make_policy
@@ -66,7 +69,9 @@ def fresh_layer0_keys(model, ids: list[int]) -> torch.Tensor:
 
 def run(model, policy, settings, ids, question=(5, 6, 7), on_progress=None, answering=AnswerSettings()):
     engine = Engine(model, policy, settings, stop_ids={1}, answering=answering)
-    return engine, engine.run(chunks_of(ids, settings.chunk_size), list(question), on_progress)
+    start = engine.clock()
+    engine.read(chunks_of(ids, settings.chunk_size), on_progress)
+    return engine, engine.answer(list(question), start)
 
 
 def distinct_table(kv_heads: int, n: int) -> torch.Tensor:
@@ -180,7 +185,7 @@ def test_longrope_switch_moves_cached_keys_to_long_frequencies():
         engine.prefill_chunk(chunk.ids)
     reference = DynamicCache(config=model.config)
     with torch.no_grad():
-        model(torch.tensor([ids]), past_key_values=reference, use_cache=True)
+        model(torch.tensor([ids]), **cache_kwargs(model, reference), use_cache=True)
     torch.testing.assert_close(engine.cache.layers[0].keys, reference.layers[0].keys, rtol=1e-5, atol=1e-5)
 
 
@@ -195,6 +200,17 @@ def test_greedy_answer_equals_generate(llama):
     want = out[0, len(ids) + 2:].tolist()
     assert generation.token_ids == [t for t in want if t != 1][: len(generation.token_ids)]
     assert len(generation.token_ids) == len([t for t in want if t != 1])
+
+
+def test_reading_and_answering_warn_nothing(llama):
+    """transformers 5.24 renamed forward's `past_key_values` to `cache` and warns at the old name (a FutureWarning,
+    on stderr even under `-q`): the engine passes its cache by the name the model's forward takes."""
+    settings = ReadSettings(budget=24, chunk_size=16, stabilizers=4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        _, generation = run(llama, make_policy("h2o", llama), settings, random_ids(64),
+                            answering=AnswerSettings(max_new_tokens=3))
+    assert generation.document_tokens == 64
 
 
 def test_full_policy_never_evicts(llama):

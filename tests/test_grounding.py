@@ -12,9 +12,9 @@ from typer.testing import CliRunner
 
 from locret_cli.api import load_session
 from locret_cli.api.saved_context import save_reading
+from locret_cli.checks.grounding import REFUSAL, DocumentText, ground, specific_runs
 from locret_cli.cli import app
 from locret_cli.errors import LocretError
-from locret_cli.inputs.grounding import REFUSAL, DocumentText, ground, specific_runs
 
 runner = CliRunner()
 TEXT = DocumentText(["The mill grinds wheat. " + FILLER * 5

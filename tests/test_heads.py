@@ -11,9 +11,10 @@ from safetensors.torch import save_file
 from torch import nn
 
 from locret_cli.core.capture import capture_qkv, check_projections
-from locret_cli.core.heads import RetainingHeads, load_heads
+from locret_cli.core.heads import RetainingHeads
 from locret_cli.core.shape import ModelShape
 from locret_cli.errors import LocretError
+from locret_cli.models.heads_files import load_heads, save_heads
 
 
 def sample_qkv(shape: ModelShape, tokens: int = 7):
@@ -35,7 +36,7 @@ def test_score_shape_is_one_per_kv_head(llama):
 
 def test_our_format_round_trip(tmp_path, llama):
     heads = RetainingHeads.for_model(llama, hidden=32)
-    heads.save(tmp_path / "heads")
+    save_heads(heads, tmp_path / "heads")
     meta = json.loads((tmp_path / "heads" / "heads.json").read_text())
     assert meta["model_shape"] == {"layers": 2, "heads": 4, "kv_heads": 2, "head_dim": 16, "hidden_size": 64}
     loaded = load_heads(tmp_path / "heads", llama)
@@ -45,7 +46,7 @@ def test_our_format_round_trip(tmp_path, llama):
 
 
 def test_heads_for_another_model_shape_are_refused(tmp_path, llama):
-    RetainingHeads.for_model(llama, hidden=32).save(tmp_path / "heads")
+    save_heads(RetainingHeads.for_model(llama, hidden=32), tmp_path / "heads")
     with pytest.raises(LocretError, match="kv_heads 2 \\(model has 4\\)"):
         load_heads(tmp_path / "heads", tiny_model("mistral"))
 

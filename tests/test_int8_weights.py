@@ -11,8 +11,8 @@ from torch import nn
 
 from locret_cli.core.identity import SAME_MODEL, similarity, weight_samples
 from locret_cli.errors import SettingError
-from locret_cli.models.int8_linear import Int8Linear, quantize_linears, quantize_rows
 from locret_cli.models.loading import load_model
+from locret_cli.runtime.int8_linear import Int8Linear, quantize_linears, quantize_rows
 
 
 def test_rows_round_to_within_half_a_step_and_zero_rows_stay_zero():

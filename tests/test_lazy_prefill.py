@@ -17,6 +17,7 @@ from locret_cli.api import load_session
 from locret_cli.api.saved_context import save_reading
 from locret_cli.bench.synthetic import filler_sentence
 from locret_cli.cli import app
+from locret_cli.core.cache import cache_kwargs
 from locret_cli.core.engine import Engine
 from locret_cli.core.lazy_prefill import flowing_tokens
 from locret_cli.core.policies import make_policy
@@ -67,7 +68,7 @@ def reference_run(model, table, ids, question, settings, max_new):
             own = torch.full((len(these), len(these)), float("-inf")).triu(1)
             mask = torch.cat([torch.zeros(len(these), len(held[i])), own], dim=1)[None, None]
             hidden = layer(hidden, attention_mask=mask, position_embeddings=rotary(hidden, position_ids),
-                           position_ids=position_ids, past_key_values=cache)
+                           position_ids=position_ids, **cache_kwargs(layer, cache))
             held[i] += these
         return model.lm_head(decoder.norm(hidden[:, -1]))[0]
 

@@ -8,8 +8,8 @@ from conftest import tiny_model
 from locret_cli.bench.synthetic import distinct_facts, document, passkey_fact
 from locret_cli.inputs.tokenizer import TIKTOKEN_FILE, TiktokenTokenizer
 from locret_cli.models import loading
-from locret_cli.models.dtype_probe import DtypeChoice
 from locret_cli.models.loading import load_model, resolve_dtype
+from locret_cli.runtime.dtype_probe import DtypeChoice
 
 
 def test_auto_dtype_is_measured_on_the_cpu_and_bf16_on_cuda(monkeypatch):

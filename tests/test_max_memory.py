@@ -15,8 +15,8 @@ from locret_cli.cli import app
 from locret_cli.core.identity import weight_samples
 from locret_cli.errors import SettingError
 from locret_cli.models.loading import load_model
-from locret_cli.models.offload import is_offloaded, largest_block_bytes, parse_size
-from locret_cli.models.packed_linear import PACKED_ATTRIBUTE
+from locret_cli.runtime.offload import is_offloaded, largest_block_bytes, parse_size
+from locret_cli.runtime.packed_linear import PACKED_ATTRIBUTE
 
 pytest.importorskip("accelerate")
 

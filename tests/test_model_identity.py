@@ -11,10 +11,11 @@ import torch
 from conftest import save_model_dir, tiny_model
 
 from locret_cli.api import load_session
-from locret_cli.core.heads import RetainingHeads, load_heads
+from locret_cli.core.heads import RetainingHeads
 from locret_cli.core.identity import SAME_MODEL, same_model, sample_index, weights_identity
 from locret_cli.errors import LocretError
 from locret_cli.models import shipped
+from locret_cli.models.heads_files import load_heads, save_heads
 from locret_cli.models.loading import load_model
 
 
@@ -49,7 +50,7 @@ def test_samples_span_big_tensors_exactly():
 
 
 def save_heads_for(model, directory, defaults=None):
-    RetainingHeads.for_model(model, hidden=16).save(directory, extra={"model_identity": weights_identity(model)})
+    save_heads(RetainingHeads.for_model(model, hidden=16), directory, extra={"model_identity": weights_identity(model)})
     if defaults is not None:
         (directory / shipped.DEFAULTS_FILE).write_text(json.dumps(defaults))
     return directory

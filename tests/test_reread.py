@@ -9,8 +9,8 @@ import torch
 from conftest import byte_tokenizer, tiny_model
 
 from locret_cli.api import Session
-from locret_cli.api.windows import SEPARATOR, locate
 from locret_cli.api.saved_context import save_reading
+from locret_cli.api.windows import SEPARATOR, locate
 from locret_cli.core.settings import AnswerSettings, ReadSettings
 from locret_cli.core.windows import attention_per_token, best_windows, question_words_per_token
 from locret_cli.errors import SettingError

@@ -10,7 +10,7 @@ from conftest import ROPE_VARIANTS, tiny_model
 from test_engine import chunks_of, random_ids
 from transformers import DynamicCache, GPT2Config
 
-from locret_cli.core.cache import LocretCache
+from locret_cli.core.cache import LocretCache, cache_kwargs
 from locret_cli.core.engine import Engine
 from locret_cli.core.policies import make_policy
 from locret_cli.core.rope import AngleTable, check_supported, frequencies_for, position_cos_sin, rotary_module, rotate
@@ -77,7 +77,7 @@ def test_dynamic_ntk_growth_moves_cached_keys_to_the_new_frequencies():
     assert torch.equal(frequencies[0], frequencies[1]) and not torch.equal(frequencies[1], frequencies[2])
     reference = DynamicCache(config=model.config)
     with torch.no_grad():
-        model(torch.tensor([ids]), past_key_values=reference, use_cache=True)
+        model(torch.tensor([ids]), **cache_kwargs(model, reference), use_cache=True)
     torch.testing.assert_close(engine.cache.layers[0].keys, reference.layers[0].keys, rtol=1e-5, atol=1e-5)
 
 

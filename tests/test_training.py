@@ -10,8 +10,8 @@ from conftest import save_model_dir, tiny_model
 from typer.testing import CliRunner
 
 from locret_cli.cli import app
-from locret_cli.core.heads import load_heads
 from locret_cli.errors import LocretError
+from locret_cli.models.heads_files import load_heads
 from locret_cli.models.loading import load_model
 from locret_cli.training import TrainConfig, train_heads
 from locret_cli.training.data import Record, load_records, tokenize

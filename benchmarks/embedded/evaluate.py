@@ -37,11 +37,12 @@ from benchmarks.embedded.diagnose import (
 )
 from locret_cli.api import Session
 from locret_cli.bench.tasks import text_document
-from locret_cli.core.heads import RetainingHeads, load_heads
+from locret_cli.core.heads import RetainingHeads
 from locret_cli.core.settings import AnswerSettings, ReadSettings
 from locret_cli.inputs.documents import token_chunks
 from locret_cli.inputs.prompt import prompt_layout
 from locret_cli.models.embedded import not_stated_reply, says_not_stated
+from locret_cli.models.heads_files import load_heads
 from locret_cli.models.loading import DTYPES, load_model
 from recipes import prose
 from recipes.build_embedded import DEFAULTS

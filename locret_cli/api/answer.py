@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from locret_cli.api.windows import Window
+from locret_cli.checks.grounding import Grounding
 from locret_cli.core.settings import AnswerSettings, ReadSettings, settings_json
 from locret_cli.core.sources import Source
-from locret_cli.inputs.grounding import Grounding
 
 
 @dataclass

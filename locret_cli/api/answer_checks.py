@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from locret_cli.checks.grounding import REFUSAL, Grounding, ground
 from locret_cli.core.sources import Source, answer_first
-from locret_cli.inputs.grounding import REFUSAL, Grounding, ground
 from locret_cli.models.loading import QuestionForms
 
 if TYPE_CHECKING:

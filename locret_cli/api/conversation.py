@@ -10,13 +10,12 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from locret_cli.api.answer import AskResult
 from locret_cli.api.reading import Reading
 from locret_cli.core.engine import Progress
 from locret_cli.core.settings import AnswerSettings
-from locret_cli.errors import LocretError
+from locret_cli.files import refuse_existing, replacing, write_synced
 from locret_cli.inputs.prompt import conversation_ids
 
 HISTORY_TOKENS = 1024
@@ -50,13 +49,9 @@ class Conversation:
 
     def save_transcript(self, path: str, force: bool = False) -> None:
         """Write every turn as JSONL (question, answer, sources); refuses an existing file unless `force`."""
-        target = Path(path).expanduser()
-        if target.exists() and not force:
-            raise LocretError(f"{path} already exists; choose another name")
+        target = refuse_existing(path, force or None)
         lines = [json.dumps({"question": r.question, "answer": r.answer,
                              "sources": None if r.sources is None else [s.to_json() for s in r.sources]})
                  for r in self.results]
-        try:
-            target.write_text("".join(line + "\n" for line in lines))
-        except OSError as exc:
-            raise LocretError(f"cannot write {path}: {exc.strerror}") from None
+        with replacing(target) as temporary:  # whole or not at all
+            write_synced(temporary, lambda f: f.write("".join(line + "\n" for line in lines)))

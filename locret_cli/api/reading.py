@@ -26,13 +26,13 @@ from locret_cli.api.answer import AskResult, DocumentInfo
 from locret_cli.api.answer_checks import Checked, check_answer
 from locret_cli.api.pending_read import PendingRead, sized
 from locret_cli.api.routes import Drafted, Turn, route_for
+from locret_cli.checks.grounding import DocumentText
 from locret_cli.core.citations import kept_per_unit
 from locret_cli.core.engine import Engine, Progress
 from locret_cli.core.measure import full_cache_bytes, peak_memory
 from locret_cli.core.settings import AnswerSettings, ReadSettings
 from locret_cli.core.sources import SourceMap
 from locret_cli.errors import LocretError
-from locret_cli.inputs.grounding import DocumentText
 from locret_cli.inputs.prompt import conversation_ids
 from locret_cli.inputs.questions import check_question
 from locret_cli.models.loading import QuestionForms
@@ -54,7 +54,7 @@ class Reading:
     read_s: float
     loaded_from: str | None = None
     warnings: list[str] = field(default_factory=list)
-    compute: str = ""  # how the model computes (`Session.pack_weights`)
+    compute: str = ""  # how the model computes (`Session.ready_to_compute`)
     forms: QuestionForms | None = None  # the question forms a model was trained on, and its "not stated" reply
     input_ids: torch.Tensor | None = None  # (tokens,) every token read, prompt head first: what re-reading reads
     read_for: tuple[str, ...] = ()  # the questions that steered the read (finch); empty: question-agnostic

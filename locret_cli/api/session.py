@@ -12,7 +12,7 @@ from locret_cli.api.answer import AskResult, DocumentInfo
 from locret_cli.api.pending_read import PendingRead, sized
 from locret_cli.api.reading import SOURCES_SHOWN, Reading
 from locret_cli.core.engine import QUESTION_ALLOWANCE, Engine, Progress
-from locret_cli.core.heads import RetainingHeads, load_heads
+from locret_cli.core.heads import RetainingHeads
 from locret_cli.core.measure import check_fits, human_bytes, plan_memory, reset_peak
 from locret_cli.core.policies import Policy, make_policy
 from locret_cli.core.rope import changes_with_length, rotary_module
@@ -22,10 +22,11 @@ from locret_cli.errors import SettingError
 from locret_cli.inputs.documents import Document, open_document, token_chunks
 from locret_cli.inputs.prompt import conversation_ids, prompt_layout, stop_token_ids
 from locret_cli.inputs.questions import check_question
+from locret_cli.models.heads_files import load_heads
 from locret_cli.models.loading import LoadedModel, load_model
-from locret_cli.models.packed_linear import pack_if_room
 from locret_cli.models.shipped import find_shipped
 from locret_cli.models.spec import ModelSpec
+from locret_cli.runtime.packed_linear import pack_if_room
 
 ReadGiven = ReadSettings | Mapping[str, object] | None  # whole settings, or only those given (None: none given)
 
@@ -106,7 +107,7 @@ class Session:
         answering = self.answer_settings()
         if not force:
             self.check_memory(policy, settings, document, QUESTION_ALLOWANCE + answering.max_new_tokens)
-        compute = self.pack_weights()
+        compute = self.ready_to_compute()
         read_for = tuple(questions) if policy.reads_question else ()
         for question in read_for:
             check_question(question)
@@ -146,13 +147,13 @@ class Session:
 
         reading = load_reading(path, self.loaded.model, self.loaded.tokenizer, self.loaded.name, self.heads,
                                self.answer_settings())
-        reading.compute = self.pack_weights()
+        reading.compute = self.ready_to_compute()
         reading.forms = self.loaded.forms
         return reading
 
-    def pack_weights(self) -> str:
-        """Pack the model's bf16 linears for oneDNN where that pays and fits (`models/packed_linear.py`); returns
-        how the model computes, for the cost table."""
+    def ready_to_compute(self) -> str:
+        """Make the model ready to read: its bf16 linears packed for oneDNN where that pays and fits
+        (`packed_linear.py`). Returns how it computes, for the cost table ("bf16: ...; linear weights packed")."""
         packed = pack_if_room(self.loaded.model)
         dtype = self.loaded.dtype_reason or str(self.loaded.model.dtype).removeprefix("torch.")
         return f"{dtype}; linear weights packed for oneDNN (+{human_bytes(packed)})" if packed else dtype

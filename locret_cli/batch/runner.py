@@ -121,6 +121,6 @@ def run_batch(jobs: list[Job], log: AnswerLog, pool, on_progress: Callable[[Batc
 
 
 def ungrounded(row: dict) -> bool:
-    """Whether a row's answer holds content the document does not (`inputs/grounding.py`)."""
+    """Whether a row's answer holds content the document does not (`checks/grounding.py`)."""
     grounding = row.get("grounding")
     return bool(grounding) and grounding["status"] in ("partial", "not_found")

@@ -52,7 +52,7 @@ def counting(model, counter: FlopCounter):
     """Count every forward of `model` into `counter`; the hook is removed on exit, whatever happens."""
 
     def before_forward(_module, _args, kwargs):
-        cache = kwargs.get("past_key_values")
+        cache = kwargs.get("cache", kwargs.get("past_key_values"))  # the name transformers 5.24 took, or the old one
         counter.add(kwargs["input_ids"].shape[-1], cache.get_seq_length() if cache is not None else 0)
 
     handle = model.register_forward_pre_hook(before_forward, with_kwargs=True)

@@ -25,9 +25,9 @@ from locret_cli.core.policies import POLICY_NAMES
 from locret_cli.core.settings import split_given
 from locret_cli.errors import LocretError, SettingError
 from locret_cli.models.arch import PRESETS
-from locret_cli.models.dtype_probe import cpu_name
 from locret_cli.models.loading import resolve_device, resolve_dtype
 from locret_cli.models.spec import ModelSpec
+from locret_cli.runtime.dtype_probe import cpu_name
 
 ROW_FIELDS = ("task", "length", "policy", "accuracy", "contains_accuracy", "kv_peak_bytes", "peak_bytes",
               "prefill_tokens_per_s", "decode_tokens_per_s", "time_to_first_token_s", "skipped", "document_tokens",

@@ -10,7 +10,8 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from locret_cli.cli import WITHHELD_EXIT, app, domain_errors, options
+from locret_cli.cli import options
+from locret_cli.cli.app import WITHHELD_EXIT, app, domain_errors
 from locret_cli.cli.option_groups import ANSWERING, MODEL, OUTPUT_PANEL, READING, option_groups
 from locret_cli.core.settings import settings_json
 from locret_cli.errors import LocretError

@@ -9,9 +9,10 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from locret_cli.cli import app, domain_errors, option_groups
+from locret_cli.cli import option_groups
+from locret_cli.cli.app import app, domain_errors
 from locret_cli.core.policies import POLICY_NAMES
-from locret_cli.errors import LocretError
+from locret_cli.files import refuse_existing
 
 
 @app.command()
@@ -43,15 +44,13 @@ def bench(
     plot: Annotated[Optional[str], typer.Option(help="Also plot accuracy and peak memory against length to this PNG.")] = None,
 ) -> None:
     """Run the same documents and questions through each policy: accuracy, memory and speed, side by side."""
-    from pathlib import Path
-
     from locret_cli.bench import BenchConfig, parse_lengths, run_bench
     from locret_cli.bench.output import bench_table, write_csv, write_plot
 
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     for target in (csv_path, plot):
-        if target and Path(target).exists():
-            raise LocretError(f"{target} already exists; remove it or choose another path")
+        if target:
+            refuse_existing(target)
     config = BenchConfig(
         model=model, arch=arch, heads=heads, policies=[p.strip() for p in policies.split(",") if p.strip()],
         lengths=parse_lengths(lengths), tasks=[t.strip() for t in tasks.split(",") if t.strip()], data=data,

@@ -9,7 +9,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from locret_cli.cli import app, domain_errors, options, render
+from locret_cli.cli import options
+from locret_cli.cli.app import app, domain_errors, render
 from locret_cli.cli.option_groups import ANSWERING, ANSWERING_PANEL, MODEL, READING, option_groups
 from locret_cli.errors import LocretError
 from locret_cli.models.library_logs import quiet_libraries

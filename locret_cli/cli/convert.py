@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from locret_cli.cli import app, domain_errors
+from locret_cli.cli.app import app, domain_errors
 from locret_cli.errors import LocretError
 
 

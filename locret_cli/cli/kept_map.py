@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from locret_cli.errors import LocretError
+from locret_cli.files import refuse_existing
 
 
 def write_kept_map(labels: list[str], kept: list[float], cited: list[str], path: str, title: str,
                    force: bool = False) -> None:
     """Bars of `kept` entries per unit (`labels`, in document order), the `cited` units drawn in red and named;
     saved as PNG at `path`. Needs matplotlib (the `plot` extra)."""
-    target = Path(path)
-    if target.exists() and not force:
-        raise LocretError(f"{path} already exists; remove it or choose another path")
+    target = refuse_existing(path, force)
     try:
         import matplotlib
 

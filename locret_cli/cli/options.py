@@ -33,7 +33,7 @@ def open_reading(source: str, spec, read: dict, answer: dict, err: Console, quie
     change."""
     from locret_cli.api import load_session
     from locret_cli.api.saved_context import is_saved_context, read_header
-    from locret_cli.cli import render
+    from locret_cli.cli.app import render
     from locret_cli.cli.report import DocumentProgress
     from locret_cli.inputs.documents import open_document
 

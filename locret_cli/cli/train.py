@@ -9,7 +9,8 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from locret_cli.cli import app, domain_errors, option_groups
+from locret_cli.cli import option_groups
+from locret_cli.cli.app import app, domain_errors
 from locret_cli.models.library_logs import quiet_libraries
 
 

@@ -29,6 +29,8 @@ to the last cache that appended to it; a cache whose appended entries were overw
 from __future__ import annotations
 
 import copy
+import functools
+import inspect
 
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
@@ -49,6 +51,18 @@ def _entries(name: str) -> property:
 
     return property(view, doc=f"The {name} of the layer's entries: a view of its buffer (dequantized, in 8 or 4 "
                               "bits), or None before the first update.")
+
+
+def cache_kwargs(module: torch.nn.Module, cache: Cache) -> dict[str, Cache]:
+    """The keyword argument that hands `cache` to `module`'s forward (a model or a decoder layer): `cache` where the
+    forward takes it (transformers 5.24 on), else `past_key_values`. 5.24 still accepts the old name, but warns
+    (FutureWarning) on stderr at the first forward of each process."""
+    return {_cache_keyword(type(module)): cache}
+
+
+@functools.cache
+def _cache_keyword(module_class: type) -> str:
+    return "cache" if "cache" in inspect.signature(module_class.forward).parameters else "past_key_values"
 
 
 class ScoredLayer(CacheLayerMixin):

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from locret_cli.core.cache import LocretCache
+from locret_cli.core.cache import LocretCache, cache_kwargs
 from locret_cli.core.cache_attention import applies_to, use_cache_attention
 from locret_cli.core.capture import capture_qkv
 from locret_cli.core.citations import AttentionTally
@@ -100,17 +100,6 @@ class Engine:
         self.document_tokens = self.kept_tokens = 0
         self.pruned_tokens = 0  # lazy prefill: chunk tokens that skipped the layers above the cut, summed
         self.generator = torch.Generator(device="cpu").manual_seed(answering.seed)
-
-    def run(
-        self,
-        chunks: Iterable[TokenChunk],
-        question_ids: list[int],
-        on_progress: Callable[[Progress], None] | None = None,
-    ) -> Generation:
-        """Read the document, then answer the question."""
-        start = self.clock()
-        self.read(chunks, on_progress)
-        return self.answer(question_ids, start)
 
     def read(self, chunks: Iterable[TokenChunk], on_progress: Callable[[Progress], None] | None = None) -> None:
         """Stream the document through the bounded cache. Eviction does not depend on the question, so one read can
@@ -205,7 +194,7 @@ class Engine:
             out = self.model(
                 input_ids=torch.tensor([ids], device=self.device),
                 position_ids=positions.unsqueeze(0),
-                past_key_values=self.cache,
+                **cache_kwargs(self.model, self.cache),
                 use_cache=True,
                 logits_to_keep=1,
             )

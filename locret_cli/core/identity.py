@@ -34,7 +34,7 @@ def sample_index(numel: int) -> torch.Tensor:
 def sampled_values(param: torch.Tensor, row_scale: torch.Tensor | None = None) -> list[float]:
     """SAMPLES values of `param` at evenly spaced flat indices of its logical shape. Plain weights are indexed where
     they lie, so an 8B model's embeddings are never copied; 4-bit (bitsandbytes) weights are dequantized first, and
-    int8 weights (`models/int8_linear.py`) are multiplied by their `row_scale` (out,) where sampled."""
+    int8 weights (`runtime/int8_linear.py`) are multiplied by their `row_scale` (out,) where sampled."""
     state = getattr(param, "quant_state", None)
     if state is not None:
         import bitsandbytes.functional as bnbf

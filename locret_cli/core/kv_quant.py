@@ -25,14 +25,6 @@ def parts(name: str, bits: int) -> tuple[str, ...]:
     return (name, name + SCALE) if bits == 8 else (name, name + SCALE, name + MINIMUM)
 
 
-def field_of(part: str) -> str:
-    """The field a stored part belongs to (`keys_scale` -> `keys`)."""
-    for suffix in (SCALE, MINIMUM):
-        if part.endswith(suffix) and part.removesuffix(suffix) in QUANTIZED:
-            return part.removesuffix(suffix)
-    return part
-
-
 def encode(name: str, values: torch.Tensor, bits: int) -> dict[str, torch.Tensor]:
     """The stored parts of field `name` holding `values` (B, kv_heads, n, head_dim)."""
     if bits == 16 or name not in QUANTIZED:

@@ -18,7 +18,7 @@ MAX_PARAGRAPH_LINES = 40  # a longer run of lines without a blank one is cut int
 @dataclass(frozen=True)
 class Source:
     """A unit an answer drew on: a page, or lines first_line..last_line (1-based), with its share of attention, and
-    whether its text holds the answer's specific content (`inputs/grounding.py`)."""
+    whether its text holds the answer's specific content (`checks/grounding.py`)."""
 
     weight: float
     page: int | None = None

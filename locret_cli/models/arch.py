@@ -12,8 +12,8 @@ from transformers import AutoModelForCausalLM, GenerationConfig, LlamaConfig, Ph
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.errors import LocretError
 from locret_cli.inputs.tokenizer import TiktokenTokenizer
-from locret_cli.models.int8_linear import quantize_linears
 from locret_cli.models.loading import LoadedModel, choose_dtype, resolve_device
+from locret_cli.runtime.int8_linear import quantize_linears
 
 PRESETS = {
     # HuggingFaceTB/SmolLM2-135M-Instruct

@@ -12,9 +12,10 @@ import json
 import re
 from pathlib import Path
 
-from locret_cli.core.heads import RetainingHeads, load_heads
+from locret_cli.checks.grounding import REFUSAL
+from locret_cli.core.heads import RetainingHeads
 from locret_cli.errors import LocretError
-from locret_cli.inputs.grounding import REFUSAL
+from locret_cli.models.heads_files import load_heads
 from locret_cli.models.loading import LoadedModel, load_model
 
 EMBEDDED_DIR = Path(__file__).resolve().parent / "embedded_model"

@@ -14,8 +14,8 @@ from locret_cli.core.capture import check_projections
 from locret_cli.core.rope import check_supported
 from locret_cli.errors import LocretError, SettingError
 from locret_cli.inputs.tokenizer import TIKTOKEN_FILE, TiktokenTokenizer
-from locret_cli.models.dtype_probe import DtypeChoice, measured_cpu_dtype
-from locret_cli.models.int8_linear import quantize_linears
+from locret_cli.runtime.dtype_probe import DtypeChoice, measured_cpu_dtype
+from locret_cli.runtime.int8_linear import quantize_linears
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -57,7 +57,7 @@ def resolve_device(device: str) -> torch.device:
 
 def choose_dtype(dtype: str, device: torch.device) -> DtypeChoice:
     """The dtype to load in, and why: auto is bf16 on CUDA and, on the CPU, whichever of bf16 and fp32 this machine
-    ran faster (`models/dtype_probe.py`)."""
+    ran faster (`runtime/dtype_probe.py`)."""
     if dtype == "auto":
         return DtypeChoice(torch.bfloat16, "bf16: auto on CUDA") if device.type == "cuda" else measured_cpu_dtype()
     if dtype not in DTYPES:
@@ -80,11 +80,12 @@ def load_model(
 ) -> LoadedModel:
     """Load a causal LM and its tokenizer by Hub id, local directory, GGUF file or known short name
     (`models/named.py`), and check locret can drive it. `load_4bit`: bitsandbytes nf4 weights; `load_8bit`: every
-    linear layer's weights in int8 (`models/int8_linear.py`), from any source, GGUF files included; `max_memory`
-    (a size, such as 2GiB): the weights held in memory, the rest read from disk as they run (`models/offload.py`)."""
+    linear layer's weights in int8 (`runtime/int8_linear.py`), from any source, GGUF files included; `max_memory`
+    (a size, such as 2GiB): the weights held in memory, the rest read from disk as they run (`runtime/offload.py`)."""
     from transformers import AutoModelForCausalLM
 
-    from locret_cli.models import gguf, named, offload
+    from locret_cli.models import gguf, named
+    from locret_cli.runtime import offload
 
     if load_4bit and load_8bit:
         raise SettingError("choose {load_4bit} or {load_8bit}, not both")

@@ -12,8 +12,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from locret_cli.core.heads import HEADS_CONFIG
 from locret_cli.core.identity import same_model
+from locret_cli.models.heads_files import HEADS_CONFIG
 
 HEADS_ROOT = Path(__file__).resolve().parent / "heads"
 DEFAULTS_FILE = "locret.json"

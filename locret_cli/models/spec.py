@@ -23,7 +23,7 @@ class ModelSpec:
     load_8bit: bool = False
     trust_remote_code: bool = False
     arch: str | None = None
-    max_memory: str | None = None  # a size such as 2GiB: weights past it stay on disk (`models/offload.py`)
+    max_memory: str | None = None  # a size such as 2GiB: weights past it stay on disk (`runtime/offload.py`)
 
     def to_json(self) -> dict:
         return asdict(self)

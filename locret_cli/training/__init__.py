@@ -7,6 +7,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from locret_cli.core.identity import weights_identity
+from locret_cli.models.heads_files import save_heads
 from locret_cli.models.loading import LoadedModel
 from locret_cli.training.data import load_records, tokenize
 from locret_cli.training.trainer import HeadTrainer, StepReport, TrainConfig, TrainSummary, check_heads_output
@@ -41,8 +42,8 @@ def train_heads(
     if resume and not trainer.resume():
         warn(f"no checkpoint in {out}; starting from step 0")
     summary = trainer.train(on_step)
-    trainer.heads.save(out, extra={"model": descriptive_name(loaded.name), "model_identity": weights_identity(model),
-                                   "data": Path(data).name, "training": {
-        **asdict(config), "max_len": max_len, "final_loss": summary.final_loss,
-        "heldout_accuracy": summary.heldout_accuracy}})
+    save_heads(trainer.heads, out, extra={
+        "model": descriptive_name(loaded.name), "model_identity": weights_identity(model), "data": Path(data).name,
+        "training": {**asdict(config), "max_len": max_len, "final_loss": summary.final_loss,
+                     "heldout_accuracy": summary.heldout_accuracy}})
     return summary

@@ -22,10 +22,11 @@ import torch
 import torch.nn.functional as F
 
 from locret_cli.core.capture import capture_qkv
-from locret_cli.core.heads import HEADS_CONFIG, RetainingHeads, load_heads
+from locret_cli.core.heads import RetainingHeads
 from locret_cli.core.measure import peak_memory, reset_peak
 from locret_cli.core.probe import observe_attention
 from locret_cli.errors import SettingError
+from locret_cli.models.heads_files import HEADS_CONFIG, load_heads, save_heads
 from locret_cli.models.loading import resolve_dtype
 from locret_cli.training.data import TokenizedExample
 from locret_cli.training.labels import answer_to_prompt_max
@@ -233,7 +234,7 @@ class HeadTrainer:
 
     def save_checkpoint(self) -> None:
         directory = self.out / CHECKPOINTS / f"step-{self.step:07d}"
-        self.heads.save(directory)
+        save_heads(self.heads, directory)
         state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(), "step": self.step,
                  "loss": self.last_loss, "smooth": self.last_smooth}
         torch.save(state, directory / "state.pt")

@@ -120,7 +120,7 @@ def answer_loss(model, ids: torch.Tensor, labels: torch.Tensor) -> tuple[torch.T
 
 def uses_bf16(device: torch.device) -> bool:
     """Whether to train in bf16 autocast: on CUDA, and on a CPU where bf16 runs faster than fp32 (an AVX2-only
-    CPU runs bf16 products tens of times slower: `models/dtype_probe.py`)."""
+    CPU runs bf16 products tens of times slower: `runtime/dtype_probe.py`)."""
     return device.type == "cuda" or resolve_dtype("auto", device) == torch.bfloat16
 
 

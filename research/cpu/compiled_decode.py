@@ -27,7 +27,7 @@ from locret_cli.core.engine import Engine
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.core.settings import AnswerSettings
 from locret_cli.models.arch import random_model
-from locret_cli.models.packed_linear import SIBLINGS, pack_linears
+from locret_cli.runtime.packed_linear import SIBLINGS, pack_linears
 
 MODES = ("packed", "packed-separate", "eager", "compile-mlp", "compile-mlp-freeze", "compile-layers")
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from locret_cli.models.packed_linear import pack_linears
+from locret_cli.runtime.packed_linear import pack_linears
 
 PROBE_VERSION = 2  # 2: only one-row products packed, as locret now packs them
 WIDTH, FFN = 576, 1536  # a small model's sizes; what matters is how each dtype's kernels behave, not the model

@@ -119,7 +119,7 @@ def pack_if_room(model: nn.Module) -> int:
     """`pack_linears` when the packed copies take at most half the memory free on the model's device; returns the
     bytes packed so far (0 when nothing was, or could be)."""
     from locret_cli.core.measure import available_memory
-    from locret_cli.models.offload import is_offloaded
+    from locret_cli.runtime.offload import is_offloaded
 
     if is_offloaded(model):
         return 0  # weights are on disk (`--max-memory`): the memory allowed is for them, not for packed copies
