@@ -12,7 +12,8 @@ import json
 from dataclasses import fields
 from pathlib import Path
 
-from locret_cli.core.settings import AnswerSettings, ReadSettings
+from locret_cli.cli.app import flag
+from locret_cli.core.settings import AnswerSettings, ReadSettings, shown_value
 from locret_cli.models.embedded import EMBEDDED_DIR
 from locret_cli.models.shipped import DEFAULTS_FILE, HEADS_ROOT
 
@@ -32,22 +33,17 @@ def recorded_defaults() -> list[tuple[str, dict]]:
     return recorded
 
 
-def shown(value) -> str:
-    return ("on" if value else "off") if isinstance(value, bool) else f"{value:g}" if isinstance(value, float) else \
-        str(value)
-
-
 def table() -> str:
     """The Markdown table: one row per setting, read ones first, with its flag, default and help."""
     recorded = recorded_defaults()
     rows = ["| option | default | meaning |", "|---|---|---|"]
     for kind, applies in ((ReadSettings, "read"), (AnswerSettings, "answer")):
         for spec in fields(kind):
-            flag = spec.metadata["flag"] or "--" + spec.name.replace("_", "-")
-            others = [f"{name}: {shown(values[spec.name])}" for name, values in recorded
+            names = spec.metadata["flag"] or flag(spec.name)
+            others = [f"{name}: {shown_value(values[spec.name])}" for name, values in recorded
                       if spec.name in values and values[spec.name] != spec.default]
-            default = shown(spec.default) + (f" ({', '.join(others)})" if others else "")
-            rows.append(f"| `{flag.replace('/', '` / `')}` | {default} | {applies}: {spec.metadata['help']} |")
+            default = shown_value(spec.default) + (f" ({', '.join(others)})" if others else "")
+            rows.append(f"| `{names.replace('/', '` / `')}` | {default} | {applies}: {spec.metadata['help']} |")
     return "\n".join(rows)
 
 

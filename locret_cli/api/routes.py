@@ -90,8 +90,8 @@ class LocatedWindows(Route):
                                "document again")
         if turn.answering.locate != "words":
             reading.read_now(turn.on_read)
-        second = answer_from_windows(reading.engine, reading.tokenizer, reading.input_ids, reading.source_map, turn.question,
-                        turn.question_ids, turn.answering, turn.sources, turn.on_token)
+        second = answer_from_windows(reading.engine, reading.tokenizer, reading.input_ids, reading.source_map,
+                                     turn.question, turn.question_ids, turn.answering, turn.sources, turn.on_token)
         if second is None:
             return BoundedCache().answer(reading, turn)
         second.generation.time_to_first_token_s += second.extra_s

@@ -21,7 +21,7 @@ from typing import Annotated, Callable, Optional
 
 import typer
 
-from locret_cli.core.settings import DEFAULT_POLICY, AnswerSettings, ReadSettings
+from locret_cli.core.settings import DEFAULT_POLICY, AnswerSettings, ReadSettings, shown_value
 from locret_cli.models.spec import ModelSpec
 
 MODEL_PANEL, READING_PANEL, ANSWERING_PANEL = "Model", "Reading (fixed once the document is read)", "Answering"
@@ -71,10 +71,7 @@ def setting_options(kind: type, panel: str) -> list[inspect.Parameter]:
     types = typing.get_type_hints(kind)
     options = []
     for spec in fields(kind):
-        default = spec.default
-        shown = ("on" if default else "off") if isinstance(default, bool) else f"{default:g}" if isinstance(
-            default, float) else str(default)
-        text = f"{spec.metadata['help']} Default {shown}, or the model's recorded default."
+        text = f"{spec.metadata['help']} Default {shown_value(spec.default)}, or the model's recorded default."
         flags = (spec.metadata["flag"],) if spec.metadata["flag"] else ()
         option = typer.Option(*flags, help=text, rich_help_panel=panel)
         options.append(inspect.Parameter(spec.name, inspect.Parameter.KEYWORD_ONLY, default=None,
@@ -91,11 +88,14 @@ class Group:
     collect: Callable[[dict], object]
 
 
+def given_only(options: dict) -> dict:
+    """The settings given on the command line: those left out (None) take the model's recorded defaults."""
+    return {name: value for name, value in options.items() if value is not None}
+
+
 MODEL = Group("spec", model_options, lambda given: ModelSpec(**given))
-READING = Group("read", lambda: setting_options(ReadSettings, READING_PANEL),
-                lambda given: {k: v for k, v in given.items() if v is not None})
-ANSWERING = Group("answer", lambda: setting_options(AnswerSettings, ANSWERING_PANEL),
-                  lambda given: {k: v for k, v in given.items() if v is not None})
+READING = Group("read", lambda: setting_options(ReadSettings, READING_PANEL), given_only)
+ANSWERING = Group("answer", lambda: setting_options(AnswerSettings, ANSWERING_PANEL), given_only)
 
 
 def option_groups(*groups: Group):

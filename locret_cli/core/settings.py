@@ -41,13 +41,20 @@ def bound_error(spec: Field, value) -> str | None:
     return None
 
 
+def shown_value(value) -> str:
+    """A setting's value as help, docs and errors show it: on/off for a flag, 1 for 1.0, 6000 for 6000."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
 def check_bounds(settings) -> None:
     """Raise SettingError naming the first field of `settings` (a settings dataclass) out of its bounds."""
     for spec in fields(settings):
         value = getattr(settings, spec.name)
         if (why := bound_error(spec, value)) is not None:
-            shown = repr(value) if isinstance(value, str) else f"{value:g}" if isinstance(value, float) else value
-            raise SettingError(f"{{{spec.name}}} {why}, got {{value}}", value=shown)
+            raise SettingError(f"{{{spec.name}}} {why}, got {{value}}",
+                               value=repr(value) if isinstance(value, str) else shown_value(value))
 
 
 @dataclass(frozen=True)
