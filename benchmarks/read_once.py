@@ -23,7 +23,7 @@ import torch
 from locret_cli.api import load_session
 from locret_cli.api.saved_context import save_reading
 from locret_cli.bench.synthetic import paragraphs
-from locret_cli.bench.tasks import text_document
+from locret_cli.inputs.documents import text_document
 from locret_cli.cli.report import format_sources
 from locret_cli.inputs.questions import load_questions
 from locret_cli.models.spec import ModelSpec

@@ -90,3 +90,28 @@ def test_a_model_without_fixed_forms_is_never_restated(embedded_reading):
                            sources=0)
     assert checked.answer == "The gate codes north depot is 4821." and checked.restated_from is None
     assert not checked.grounding.grounded
+
+
+@pytest.mark.parametrize("cache_names_it", [True, False])
+def test_an_unspecific_windows_answer_asks_the_bounded_cache_under_fallback_unspecific(
+        session_and_path, monkeypatch, cache_names_it):  # noqa: F811
+    from locret_cli.api import routes
+
+    session, path = session_and_path
+    checked = []
+
+    def names(reading, question, drafted):  # the windows' answer names nothing; the cache's does, or not
+        checked.append(drafted.route)
+        return drafted.route == "bounded-cache" and cache_names_it
+
+    monkeypatch.setattr(routes, "names_what_document_holds", names)
+    reading, heard = session.read(path, SETTINGS, defer=True), []
+    windows_only = reading.ask(LOCATED, WORDS)
+    assert windows_only.route == "windows" and reading.pending is not None and checked == []
+    result = reading.ask(LOCATED, replace(WORDS, fallback="unspecific"), on_token=heard.append)
+    assert checked == ["windows", "bounded-cache"] and reading.pending is None
+    assert result.route == ("bounded-cache" if cache_names_it else "windows") and result.windows
+    plain = reading.ask(LOCATED, replace(WORDS, reread=0, fallback="unspecific"))
+    expected = plain.answer if cache_names_it else windows_only.answer
+    assert result.answer == expected
+    assert reading.tokenizer.decode(heard, skip_special_tokens=True).strip() == expected

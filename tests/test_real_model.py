@@ -65,3 +65,17 @@ def test_a_fact_is_answered_and_cited_after_evictions(tmp_path):
     assert "4821" in report["answer"], report["answer"]
     cited = [source["lines"] for source in report["sources"]]
     assert any(first <= 185 - 129 <= last for first, last in cited), cited  # the paragraph that states it
+
+
+def test_the_shipped_reader_answers_from_one_bounded_read(session, tmp_path):
+    """The same 5K tokens at budget 1,024, answered from the bounded cache alone: with the reader shipped beside the
+    heads, and without it."""
+    assert session.reader is not None and session.reader.source == "shipped for smollm2-135m-instruct"
+    lines = tmp_path / "handbook.txt"
+    lines.write_text("".join(open("samples/handbook.txt", encoding="utf-8").readlines()[129:235]))
+    asked = ["ask", str(lines), "What is the gate code of the north depot?", "--model", "smollm2", "--budget", "1024",
+             "--device", "cpu", "--reread", "0", "--json"]
+    reports = [json.loads(runner.invoke(app, asked + extra).stdout) for extra in ([], ["--reader", "off"])]
+    assert [r["route"] for r in reports] == ["bounded-cache", "bounded-cache"]
+    assert reports[0]["reader"] == "shipped for smollm2-135m-instruct" and reports[1]["reader"] is None
+    assert "4821" in reports[0]["answer"], reports[0]["answer"]

@@ -10,7 +10,7 @@ from conftest import byte_tokenizer, tiny_model
 
 from locret_cli.api import Session
 from locret_cli.api.saved_context import save_reading
-from locret_cli.api.windows import SEPARATOR, locate
+from locret_cli.api.windows import SEPARATOR, locate, merged, second_hop
 from locret_cli.core.settings import AnswerSettings, ReadSettings
 from locret_cli.core.windows import attention_per_token, best_windows, question_words_per_token
 from locret_cli.errors import SettingError
@@ -96,3 +96,34 @@ def test_with_nothing_to_locate_the_bounded_cache_answers(reading):
     result = reading.ask("Which is the lamp of room 93?", settings)
     assert result.windows is None
     assert result.answer == reading.ask("Which is the lamp of room 93?", replace(settings, reread=0)).answer
+
+
+def test_a_second_hop_locates_where_the_first_answers_words_occur_outside_the_first_windows():
+    tokenizer = byte_tokenizer()
+    filler = "filler text. " * 1000  # bytes as tokens: only the sentences' letters and digits are rare
+    text = filler + "The choir meets in room 12. " + filler + "The key of room 12 is held by Ilse. " + filler
+    input_ids = torch.tensor(encode_text(tokenizer, text))
+    at = text.index("The choir")
+    first = [(at - 20, at + 40)]
+    answer = encode_text(tokenizer, "The choir meets in room 12.")
+    answering = AnswerSettings(reread=1, reread_tokens=60, hops=2)
+    (found,) = second_hop(tokenizer, input_ids, 0, first, answer, answering)
+    key = text.index("The key of room 12")
+    assert found[0] <= key < found[1] and found[0] >= first[0][1]
+
+
+def test_windows_of_both_hops_are_joined_in_document_order():
+    assert merged([(100, 200)], [(150, 260), (400, 500)]) == ([(100, 260), (400, 500)], [1, 2])
+    assert merged([(300, 400)], [(0, 50)]) == ([(0, 50), (300, 400)], [2, 1])
+
+
+def test_two_hops_answer_from_the_windows_of_both(reading):
+    session, reading = reading
+    answering = AnswerSettings(max_new_tokens=6, reread=1, reread_tokens=48, hops=2)
+    result = reading.ask("What is the lamp of room 7?", answering, sources=0)
+    assert result.windows and result.windows[0].hop == 1
+    assert {w.hop for w in result.windows} <= {1, 2} and result.to_json()["windows"][0]["hop"] == 1
+    separator = len(encode_text(reading.tokenizer, SEPARATOR))
+    read_again = reading.engine.pinned + sum(w.end - w.first for w in result.windows) + \
+        separator * (len(result.windows) + 1)
+    assert result.cache_peak_tokens >= read_again

@@ -36,7 +36,7 @@ from benchmarks.embedded.diagnose import (
     value_type,
 )
 from locret_cli.api import Session
-from locret_cli.bench.tasks import text_document
+from locret_cli.inputs.documents import text_document
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.core.settings import AnswerSettings, ReadSettings
 from locret_cli.inputs.documents import token_chunks

@@ -70,6 +70,7 @@ class AskResult:
     grounding: Grounding | None = None  # the answer's content checked against the document's text
     withheld: str | None = None  # the model's answer, when `strict` replaced it with REFUSAL
     restated_from: str | None = None  # the model's own words, when the answer was restated in the question's
+    reader: str | None = None  # the reader the answer read the bounded cache with (`core/reader.py`), if any
 
     def to_json(self) -> dict:
         return {
@@ -83,6 +84,7 @@ class AskResult:
             "policy": self.policy,
             "read_for": list(self.read_for),
             "route": self.route,
+            "reader": self.reader,
             "grounding": None if self.grounding is None else {**self.grounding.to_json(), "withheld": self.withheld,
                                                               "restated_from": self.restated_from},
             "kv_cache": {

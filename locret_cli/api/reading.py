@@ -159,6 +159,7 @@ class Reading:
             grounding=checked.grounding,
             withheld=checked.withheld,
             restated_from=checked.restated_from,
+            reader=None if engine.reader is None else engine.reader.source,
         )
 
     @property

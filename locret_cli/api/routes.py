@@ -4,19 +4,22 @@
   pages its attention went to. A bounded read left pending runs first.
 - `LocatedWindows` ("windows"): the answer reads a few windows of the document again, whole, with a full cache, where
   the question's words (or the bounded cache's attention) locate it (`windows.py`); when nothing locates a window,
-  `BoundedCache` answers.
+  `BoundedCache` answers. With `fallback` "unspecific", so it does when the windows' answer names nothing the
+  document holds (no number, name or code found in it) and its own answer does.
 
 `route_for(answering)` names the route an answer's settings choose; `Reading.ask` runs it, then checks the answer
-(`answer_checks.py`). A new route (a reader trained for the bounded cache, a second hop) is one more class here.
+(`answer_checks.py`). A model's reader (`core/reader.py`) is in force wherever the bounded cache answers; a second
+hop is `windows.py`'s; a new route is one more class here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, ClassVar
 
 from locret_cli.api.windows import Window, answer_from_windows
+from locret_cli.checks.grounding import ground
 from locret_cli.core.citations import AttentionTally
 from locret_cli.core.engine import Engine, Generation, Progress
 from locret_cli.core.settings import AnswerSettings
@@ -90,13 +93,32 @@ class LocatedWindows(Route):
                                "document again")
         if turn.answering.locate != "words":
             reading.read_now(turn.on_read)
+        checks = turn.answering.fallback == "unspecific"
         second = answer_from_windows(reading.engine, reading.tokenizer, reading.input_ids, reading.source_map,
-                                     turn.question, turn.question_ids, turn.answering, turn.sources, turn.on_token)
+                                     turn.question, turn.question_ids, turn.answering, turn.sources,
+                                     None if checks else turn.on_token)
         if second is None:
             return BoundedCache().answer(reading, turn)
         second.generation.time_to_first_token_s += second.extra_s
-        return Drafted(second.generation, second.engine, second.sources, second.windows,
-                       second.engine.document_tokens, self.name)
+        drafted = Drafted(second.generation, second.engine, second.sources, second.windows,
+                          second.engine.document_tokens, self.name)
+        if checks and not names_what_document_holds(reading, turn.question, drafted):
+            cached = BoundedCache().answer(reading, replace(turn, on_token=None))
+            if names_what_document_holds(reading, turn.question, cached):
+                spent = second.generation.time_to_first_token_s + second.generation.decode_s
+                cached.generation.time_to_first_token_s += spent
+                cached.windows, cached.tokens_read = drafted.windows, drafted.tokens_read
+                drafted = cached
+        if checks and turn.on_token:
+            for token in drafted.generation.token_ids:
+                turn.on_token(token)
+        return drafted
+
+
+def names_what_document_holds(reading: Reading, question: str, drafted: Drafted) -> bool:
+    """Whether `drafted`'s answer names something specific (a number, a name, a code) that the document holds."""
+    answer = reading.tokenizer.decode(drafted.generation.token_ids, skip_special_tokens=True)
+    return ground(question, answer, reading.document_text()).status == "found"
 
 
 ROUTES: dict[str, type[Route]] = {route.name: route for route in (BoundedCache, LocatedWindows)}

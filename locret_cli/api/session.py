@@ -15,6 +15,7 @@ from locret_cli.core.engine import QUESTION_ALLOWANCE, Engine, Progress
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.core.measure import check_fits, human_bytes, plan_memory, reset_peak
 from locret_cli.core.policies import Policy, make_policy
+from locret_cli.core.reader import ReaderAdapter
 from locret_cli.core.rope import changes_with_length, rotary_module
 from locret_cli.core.settings import DEFAULT_POLICY, AnswerSettings, ReadSettings, names
 from locret_cli.core.sources import SourceMap, TokenChunk
@@ -24,6 +25,7 @@ from locret_cli.inputs.prompt import conversation_ids, prompt_layout, stop_token
 from locret_cli.inputs.questions import check_question
 from locret_cli.models.heads_files import load_heads
 from locret_cli.models.loading import LoadedModel, load_model
+from locret_cli.models.reader_files import load_reader
 from locret_cli.models.shipped import find_shipped
 from locret_cli.models.spec import ModelSpec
 from locret_cli.runtime.packed_linear import pack_if_room
@@ -33,11 +35,13 @@ ReadGiven = ReadSettings | Mapping[str, object] | None  # whole settings, or onl
 
 @dataclass
 class Session:
-    """A loaded model, its tokenizer and (for the locret policy) its heads."""
+    """A loaded model, its tokenizer, (for the locret policy) its heads, and the reader its answers from the bounded
+    cache read with, if any (`core/reader.py`)."""
 
     loaded: LoadedModel
     heads: RetainingHeads | None
     policy: str = DEFAULT_POLICY
+    reader: ReaderAdapter | None = None
 
     def read_settings(self, warn: Callable[[SettingError], None] = lambda _: None, **given) -> ReadSettings:
         """Read settings from, in order: `given` (None values ignored), the model's recorded defaults, the global
@@ -114,6 +118,7 @@ class Session:
         question_ids = conversation_ids(tokenizer, (), "\n".join(read_for)) if read_for else None
         engine = Engine(model, policy, settings, stop_token_ids(model, tokenizer), len(prefix), answering,
                         question_ids)
+        engine.reader = self.reader
         source_map = SourceMap("page" if document.kind == "pdf" else "lines")
         reset_peak(model.device)
         started = engine.clock()
@@ -149,6 +154,7 @@ class Session:
                                self.answer_settings())
         reading.compute = self.ready_to_compute()
         reading.forms = self.loaded.forms
+        reading.engine.reader = self.reader
         return reading
 
     def ready_to_compute(self) -> str:
@@ -185,20 +191,23 @@ def kept_ids(chunks: Iterable[TokenChunk], into: list[torch.Tensor]) -> Iterator
 def load_session(model: str | ModelSpec | None = None, heads: str | None = None, policy: str = DEFAULT_POLICY,
                  device: str = "auto", dtype: str = "auto", load_4bit: bool = False,
                  trust_remote_code: bool = False, heads_required: bool = True, load_8bit: bool = False,
-                 max_memory: str | None = None) -> Session:
+                 max_memory: str | None = None, reader: str | None = None) -> Session:
     """Load a model and the heads the policy needs: a ModelSpec, or its fields as arguments (the embedded default
     when `model` is None). Heads come from `heads`, else those shipped for this model (`models/shipped.py`), whose
-    recorded engine settings then become the defaults (for every policy). A session that only answers from saved
+    recorded engine settings then become the defaults (for every policy). The reader comes from `reader` (a
+    directory, or "off"), else the one shipped for the model, if any. A session that only answers from saved
     contexts needs no heads: pass heads_required=False."""
     spec = model if isinstance(model, ModelSpec) else ModelSpec(model, heads, policy, device, dtype, load_4bit,
-                                                                 load_8bit, trust_remote_code, max_memory=max_memory)
+                                                                 load_8bit, trust_remote_code, max_memory=max_memory,
+                                                                 reader=reader)
     if spec.arch is not None:
         from locret_cli.models.arch import random_session_parts
 
         if spec.load_4bit or spec.max_memory:
             raise SettingError("{load_4bit} and {max_memory} apply to {model}; {arch} builds its random weights in "
                                "memory, in {dtype}")
-        return Session(*random_session_parts(spec.arch, spec.device, spec.dtype, spec.load_8bit), spec.policy)
+        loaded, heads = random_session_parts(spec.arch, spec.device, spec.dtype, spec.load_8bit)
+        return Session(loaded, heads, spec.policy, chosen_reader(spec.reader, None, loaded.model))
     if spec.model is None:
         from locret_cli.models.embedded import load_embedded
 
@@ -206,7 +215,8 @@ def load_session(model: str | ModelSpec | None = None, heads: str | None = None,
             raise SettingError("{load_4bit}, {load_8bit} and {max_memory} apply to {model}; the embedded model is "
                                "already tiny")
         loaded, embedded_heads = load_embedded(spec.device, spec.dtype)
-        return Session(loaded, load_heads(spec.heads, loaded.model) if spec.heads else embedded_heads, spec.policy)
+        return Session(loaded, load_heads(spec.heads, loaded.model) if spec.heads else embedded_heads, spec.policy,
+                       chosen_reader(spec.reader, None, loaded.model))
     loaded = load_model(spec.model, spec.device, spec.dtype, spec.load_4bit, spec.trust_remote_code,
                         load_8bit=spec.load_8bit, max_memory=spec.max_memory)
     shipped = None if spec.heads else find_shipped(loaded.model)
@@ -216,5 +226,16 @@ def load_session(model: str | ModelSpec | None = None, heads: str | None = None,
     if spec.policy == "locret" and chosen is None and heads_required:
         raise SettingError("the locret policy needs retaining heads for this model: pass {heads} DIR (train them "
                            "with `locret train`), or choose {policy} streaming or full")
-    return Session(loaded, chosen, spec.policy)
+    return Session(loaded, chosen, spec.policy, chosen_reader(spec.reader, shipped, loaded.model))
+
+
+def chosen_reader(given: str | None, shipped, model) -> ReaderAdapter | None:
+    """The reader `given` names (a directory; "off": none), else the one `shipped` with the model's heads."""
+    if given == "off":
+        return None
+    if given is not None:
+        return load_reader(given, model)
+    if shipped is not None and shipped.reader is not None:
+        return load_reader(shipped.reader, model, source=f"shipped for {shipped.reader.name}")
+    return None
 

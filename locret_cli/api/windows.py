@@ -8,6 +8,10 @@ budget plus the windows.
 
 Located by the question's words alone, an answer never reads the bounded cache. A Reading then runs its bounded read
 only when an answer needs it (`Session.read(defer=True)`): when no window is found (`routes.LocatedWindows`).
+
+With `hops` 2, a fact that needs two places ("Who holds the key of the room where the choir meets?") gets a second
+pass: the first answer's own rarer words ("The choir meets in room 12.") locate further windows outside the first
+ones, and the question is answered again from all of them.
 """
 
 from __future__ import annotations
@@ -35,9 +39,10 @@ class Window:
     first: int
     end: int
     label: str
+    hop: int = 1  # 2: located by the first answer's words (`hops` 2)
 
     def to_json(self) -> dict:
-        return {"first_token": self.first, "end_token": self.end, "label": self.label}
+        return {"first_token": self.first, "end_token": self.end, "label": self.label, "hop": self.hop}
 
 
 @dataclass
@@ -76,26 +81,28 @@ def locate(reader: Engine, input_ids: torch.Tensor, pinned: int, question_ids: l
 
 def answer_from_windows(reader: Engine, tokenizer, input_ids: torch.Tensor, source_map: SourceMap, question: str,
            question_ids: list[int], answering: AnswerSettings, sources: int, on_token=None) -> WindowAnswer | None:
-    """Answer `question_ids` from the windows `locate` names, read whole after the prompt's head; None when nothing
-    names a window (then the bounded cache answers)."""
+    """Answer `question_ids` from the windows `locate` names, read whole after the prompt's head (with `hops` 2,
+    then from those and the windows the first answer's words locate); None when nothing names a window (then the
+    bounded cache answers)."""
     pinned = reader.pinned
     spans, signal, locate_s = locate(reader, input_ids, pinned, question_ids, encode_text(tokenizer, question),
                                      answering)
     if not spans:
         return None
-    separator = encode_text(tokenizer, SEPARATOR)
-    ids = input_ids[:pinned].tolist()
-    for first, end in spans:
-        ids += separator + input_ids[first:end].tolist()
-    ids += separator
-    settings = ReadSettings(budget=len(ids), chunk_size=reader.settings.chunk_size, stabilizers=0,
-                            positions="original")
-    engine = Engine(reader.model, FullPolicy(), settings, reader.stop_ids, pinned, answering)
-    size, started = settings.chunk_size, engine.clock()
-    engine.read(TokenChunk(ids[i:i + size], None, None, 0) for i in range(0, len(ids), size))
-    extra_s = locate_s + engine.clock() - started
-    generation = engine.answer(question_ids, on_token=on_token)
-    windows = [Window(first, end, window_label(source_map, first, end)) for first, end in spans]
+    hops = [1] * len(spans)
+    two = answering.hops > 1
+    generation, engine, read_s = read_and_answer(reader, tokenizer, input_ids, spans, question_ids, answering,
+                                                 None if two else on_token)
+    extra_s = locate_s + read_s
+    if two:
+        found = second_hop(tokenizer, input_ids, pinned, spans, generation.token_ids, answering)
+        extra_s += generation.time_to_first_token_s + generation.decode_s
+        spans, hops = merged(spans, found)
+        generation, engine, read_s = read_and_answer(reader, tokenizer, input_ids, spans, question_ids, answering,
+                                                     on_token)
+        extra_s += read_s
+    windows = [Window(first, end, window_label(source_map, first, end), hop) for (first, end), hop in
+               zip(spans, hops)]
     cited = None
     if sources > 0:  # in a window read whole, the answer's attention goes to the window's first lines as to sinks
         inside = torch.zeros(len(signal), dtype=torch.bool)
@@ -103,6 +110,48 @@ def answer_from_windows(reader: Engine, tokenizer, input_ids: torch.Tensor, sour
             inside[first:end] = True
         cited = top_sources(source_map, units_best(source_map, signal * inside), sources)
     return WindowAnswer(generation, windows, cited, engine, extra_s)
+
+
+def second_hop(tokenizer, input_ids: torch.Tensor, pinned: int, spans: list[tuple[int, int]], answer_ids: list[int],
+               answering: AnswerSettings) -> list[tuple[int, int]]:
+    """Windows, outside `spans`, where the rarer words of a first answer (`answer_ids`) occur."""
+    words = encode_text(tokenizer, tokenizer.decode(answer_ids, skip_special_tokens=True))
+    if not words:
+        return []
+    signal = question_words_per_token(input_ids, words, pinned)
+    for first, end in spans:
+        signal[first:end] = 0
+    return best_windows(signal, answering.reread, answering.reread_tokens, pinned)
+
+
+def merged(first: list[tuple[int, int]], second: list[tuple[int, int]]) -> tuple[list[tuple[int, int]], list[int]]:
+    """The windows of both hops in document order, overlapping ones joined; each with its hop (1 when it holds a
+    first-hop window)."""
+    joined: list[list[int]] = []
+    for start, end, hop in sorted([(f, e, 1) for f, e in first] + [(f, e, 2) for f, e in second]):
+        if joined and start <= joined[-1][1]:
+            joined[-1][1], joined[-1][2] = max(joined[-1][1], end), min(joined[-1][2], hop)
+        else:
+            joined.append([start, end, hop])
+    return [(f, e) for f, e, _ in joined], [h for _, _, h in joined]
+
+
+def read_and_answer(reader: Engine, tokenizer, input_ids: torch.Tensor, spans: list[tuple[int, int]],
+                    question_ids: list[int], answering: AnswerSettings, on_token=None) -> tuple[Generation, Engine, float]:
+    """Read the prompt's head and the windows `spans` whole, with a full cache, and answer; (the generation, its
+    engine, how long reading the windows took)."""
+    separator = encode_text(tokenizer, SEPARATOR)
+    ids = input_ids[:reader.pinned].tolist()
+    for first, end in spans:
+        ids += separator + input_ids[first:end].tolist()
+    ids += separator
+    settings = ReadSettings(budget=len(ids), chunk_size=reader.settings.chunk_size, stabilizers=0,
+                            positions="original")
+    engine = Engine(reader.model, FullPolicy(), settings, reader.stop_ids, reader.pinned, answering)
+    size, started = settings.chunk_size, engine.clock()
+    engine.read(TokenChunk(ids[i:i + size], None, None, 0) for i in range(0, len(ids), size))
+    read_s = engine.clock() - started
+    return engine.answer(question_ids, on_token=on_token), engine, read_s
 
 
 def window_label(source_map: SourceMap, first: int, end: int) -> str:

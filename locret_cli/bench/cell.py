@@ -17,7 +17,8 @@ import torch
 
 from locret_cli.api import Session, load_session
 from locret_cli.bench.flops import FlopCounter, counting
-from locret_cli.bench.tasks import contains_match, data_samples, generated_samples, text_document
+from locret_cli.bench.tasks import data_samples, generated_samples
+from locret_cli.inputs.documents import text_document
 from locret_cli.core.measure import available_memory, full_cache_bytes, peak_memory, reset_peak, weight_bytes
 from locret_cli.core.settings import AnswerSettings, ReadSettings, split_given
 from locret_cli.errors import LocretError
@@ -60,6 +61,7 @@ def run_cell(spec: CellSpec) -> dict:
     exact, contains, ttft, prefill, decode_s, decode_steps, tokens, kv_peak = [], [], [], [], 0.0, 0, [], 0
     prefill_s = 0.0  # reading, question prefill and first tokens, over every sample and question
     by_depth: dict[str, list[bool]] = {}  # contains-match by the needle's depth, for tasks that place one
+    by_kind: dict[str, list[bool]] = {}  # contains-match by the kind of question, for the kinds task
     started = time.perf_counter()
     with counting(model, counter):
         for sample in samples:
@@ -68,7 +70,9 @@ def run_cell(spec: CellSpec) -> dict:
             for i, question in enumerate(sample.questions):
                 result = reading.ask(question.question, answering, sources=0)
                 exact.append(question.is_exact(result.answer))
-                contains.append(contains_match(result.answer, question.answer))
+                contains.append(question.contained_in(result.answer))
+                if question.kind is not None:
+                    by_kind.setdefault(question.kind, []).append(contains[-1])
                 if sample.depth is not None:
                     by_depth.setdefault(f"{sample.depth:.2f}", []).append(contains[-1])
                 decode_s, decode_steps = decode_s + result.decode_s, decode_steps + result.decode_steps
@@ -100,6 +104,7 @@ def run_cell(spec: CellSpec) -> dict:
         "compute": reading.compute,
         "settings": resolved,
         "by_depth": {depth: statistics.fmean(hits) for depth, hits in by_depth.items()} if meaningful and by_depth else None,
+        "by_kind": {kind: statistics.fmean(hits) for kind, hits in by_kind.items()} if meaningful and by_kind else None,
     }
 
 

@@ -52,6 +52,22 @@ def bench_table(result: BenchResult) -> Table:
     return table
 
 
+def kinds_table(result: BenchResult) -> Table | None:
+    """The kinds task's answers by kind of question (contains-match), one row per (length, policy); None when no row
+    has them."""
+    from locret_cli.bench.kinds import KINDS
+
+    rows = [row for row in result.rows if row.get("by_kind")]
+    if not rows:
+        return None
+    table = Table(title="right answers by kind of question (contains)", header_style="bold")
+    for name in ("tokens", "policy", *KINDS):
+        table.add_column(name, justify="left" if name == "policy" else "right")
+    for row in rows:
+        table.add_row(f"{row['length']:,}", row["policy"], *(_share(row["by_kind"].get(kind)) for kind in KINDS))
+    return table
+
+
 def _share(value: float | None) -> str:
     return "n/a" if value is None else f"{100 * value:.0f}%"
 

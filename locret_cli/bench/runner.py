@@ -13,7 +13,7 @@ import statistics
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import torch
 import transformers
@@ -31,7 +31,8 @@ from locret_cli.runtime.dtype_probe import cpu_name
 
 ROW_FIELDS = ("task", "length", "policy", "accuracy", "contains_accuracy", "kv_peak_bytes", "peak_bytes",
               "prefill_tokens_per_s", "decode_tokens_per_s", "time_to_first_token_s", "skipped", "document_tokens",
-              "questions", "flops", "measured_s", "roofline_s", "phases", "repeats", "settings", "by_depth")
+              "questions", "flops", "measured_s", "roofline_s", "phases", "repeats", "settings", "by_depth",
+              "by_kind")
 MEDIAN_FIELDS = ("accuracy", "contains_accuracy", "kv_peak_bytes", "peak_bytes", "prefill_tokens_per_s",
                  "decode_tokens_per_s", "time_to_first_token_s", "measured_s")
 
@@ -43,6 +44,7 @@ class BenchConfig:
     model: str | None = None
     arch: str | None = None
     heads: str | None = None
+    reader: str | None = None  # None: the one shipped for the model, if any; "off": none
     policies: list[str] = field(default_factory=lambda: list(POLICY_NAMES))
     lengths: list[int] = field(default_factory=lambda: [4096, 16384])
     tasks: list[str] = field(default_factory=lambda: ["needle"])
@@ -65,7 +67,7 @@ class BenchConfig:
     def model_spec(self, policy: str) -> ModelSpec:
         """The model each cell of `policy` loads."""
         return ModelSpec(self.model, self.heads, policy, self.device, self.dtype, self.load_4bit, self.load_8bit,
-                         self.trust_remote_code, self.arch, self.max_memory)
+                         self.trust_remote_code, self.arch, self.max_memory, self.reader)
 
     def checked(self) -> "BenchConfig":
         if self.model and self.arch:
@@ -132,9 +134,12 @@ def run_bench(config: BenchConfig, on_cell: Callable[[str, int, int], None] = la
     return BenchResult(resolved_config(config, resolved, rate, bandwidth, device), rows)
 
 
+ROW_MODEL_FIELDS = ("reader", "heads")  # a row may change these of the model it loads: locret:reread=0:reader=off
+
+
 def row_variant(row: str) -> tuple[str, dict]:
-    """A row of the bench: a policy, and the settings that row changes. 'locret:reread=0:span=64' is
-    ('locret', {'reread': 0, 'span': 64}); an unknown setting raises SettingError."""
+    """A row of the bench: a policy, and the settings (or ROW_MODEL_FIELDS) that row changes.
+    'locret:reread=0:span=64' is ('locret', {'reread': 0, 'span': 64}); an unknown setting raises SettingError."""
     policy, *pairs = row.split(":")
     changed = {}
     for pair in pairs:
@@ -142,7 +147,7 @@ def row_variant(row: str) -> tuple[str, dict]:
         if not value:
             raise SettingError("{policies}: {pair!r} is not SETTING=VALUE, as in locret:reread=1", pair=pair)
         changed[name.replace("-", "_")] = number(value)
-    split_given(changed)
+    split_given({k: v for k, v in changed.items() if k not in ROW_MODEL_FIELDS})
     return policy, changed
 
 
@@ -158,11 +163,13 @@ def number(value: str) -> int | float | str:
 
 def cell_spec(config: BenchConfig, task: str, length: int | None, row: str) -> dict:
     policy, changed = row_variant(row)
+    model = {k: str(changed.pop(k)) for k in ROW_MODEL_FIELDS if k in changed}
     settings = {"budget": config.budget, "chunk_size": config.chunk_size, "stabilizers": config.stabilizers,
                 "positions": config.positions, "max_new_tokens": config.max_new_tokens or answer_tokens(task), **changed}
     limit = int(config.memory_limit_gb * 2**30) if config.memory_limit_gb else None
     return {"length": length, "task": task, "samples": config.samples, "settings": settings, "row": row,
-            "model": config.model_spec(policy).to_json(), "data": config.data, "memory_limit_bytes": limit}
+            "model": replace(config.model_spec(policy), **model).to_json(), "data": config.data,
+            "memory_limit_bytes": limit}
 
 
 def run_cell_process(spec: dict) -> dict:
@@ -192,7 +199,7 @@ def summarise(task: str, length: int | None, policy: str, runs: list[dict], rate
         row[name] = statistics.median(values) if values else None
     for name in ("document_tokens", "questions", "flops"):
         row[name] = runs[0][name]
-    row["by_depth"] = runs[0].get("by_depth")
+    row["by_depth"], row["by_kind"] = runs[0].get("by_depth"), runs[0].get("by_kind")
     row["length"] = length if length is not None else row["document_tokens"]
     row["roofline_s"] = row["flops"] / rate
     row["phases"] = phase_rooflines(runs, rate, bandwidth)

@@ -4,6 +4,8 @@
     facts    several "The <attribute> of <entity> is <value>." statements, every one of them asked
     niah     the field's needle in a haystack: the San Francisco needle in the Paul Graham essays at depths 0, 10, ...,
              100% (`haystack.py`), one document per depth, whatever --samples says
+    kinds    one question of each kind of `kinds.py` per document (facts, facts in other words, near-miss
+             distractors, a pass key among common words, two hops, three facts at once), in the essays
     --data   the user's JSONL: {"context": text or a path to a .pdf/.txt, "question": ..., "answer": ...}
 
 Generated documents use the held-out ("dev") vocabulary and filler of `synthetic.py`, and seeds of their own, so a
@@ -16,14 +18,15 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from locret_cli.bench import haystack
+from locret_cli.bench import haystack, kinds
 from locret_cli.bench.generated import document_text
 from locret_cli.bench.synthetic import novel_fact, passkey_fact
 from locret_cli.errors import SettingError
-from locret_cli.inputs.documents import Document, Segment, open_document
+from locret_cli.inputs.documents import Document, open_document, text_document
 from locret_cli.inputs.jsonl import jsonl_records
+from locret_cli.inputs.tokenizer import encode_text
 
-TASKS = ("needle", "facts", "niah")
+TASKS = ("needle", "facts", "niah", "kinds")
 BENCH_SEED = 20_000
 FACTS_PER_DOCUMENT = 4
 ANSWER_TOKENS = {"niah": 64}  # the needle's answer is a sentence ("... eat a sandwich and sit in Dolores Park ...")
@@ -39,11 +42,19 @@ class Question:
     question: str
     answer: str
     sentence: str | None = None  # the answer as a full statement ("The pass key is 4821."): exact too
+    kind: str | None = None  # the `kinds` task's kind of question
+    parts: tuple[str, ...] = ()  # values an answer must all hold (several facts asked at once), besides `answer`
 
     def is_exact(self, answer: str) -> bool:
         """Whether `answer` is the expected answer, or the statement that ends in it (as the embedded model
-        answers), case, surrounding whitespace and full stops aside."""
+        answers), case, surrounding whitespace and full stops aside; with `parts`, whether it holds them all."""
+        if self.parts:
+            return self.contained_in(answer)
         return any(exact_match(answer, expected) for expected in (self.answer, self.sentence) if expected)
+
+    def contained_in(self, answer: str) -> bool:
+        """Whether `answer` holds the expected answer (and every one of `parts`), case and spacing aside."""
+        return all(contains_match(answer, expected) for expected in (self.answer, *self.parts))
 
 
 @dataclass
@@ -53,12 +64,6 @@ class Sample:
     document: Document
     questions: list[Question]
     depth: float | None = None  # where the needle sits, for `needle`
-
-
-def text_document(text: str, name: str = "generated") -> Document:
-    """A Document over a string already in memory."""
-    return Document(name=name, kind="text", unit="bytes", total_units=len(text),
-                    segments=lambda: iter([Segment(text, None, len(text))]))
 
 
 def needle_depths(samples: int) -> list[float]:
@@ -74,6 +79,8 @@ def generated_samples(task: str, tokenizer, length: int, samples: int) -> list[S
         text = haystack.essays()
         return [Sample(text_document(haystack.haystack_with_needle(tokenizer, text, length, depth), f"niah-{depth}"),
                        [Question(haystack.QUESTION, haystack.ANSWER)], depth) for depth in haystack.DEPTHS]
+    if task == "kinds":
+        return kinds_samples(tokenizer, length, samples)
     out = []
     for index, depth in enumerate(needle_depths(samples)):
         rng = random.Random(BENCH_SEED + 7919 * length + 31 * index + (0 if task == "needle" else 1))
@@ -84,6 +91,25 @@ def generated_samples(task: str, tokenizer, length: int, samples: int) -> list[S
             facts = list({f.question: f for f in (novel_fact(rng, "dev") for _ in range(FACTS_PER_DOCUMENT))}.values())
             text, depth = document_text(tokenizer, rng, length, facts, "dev"), None
         out.append(Sample(text_document(text), [Question(f.question, f.answer, f.reply) for f in facts], depth))
+    return out
+
+
+def kinds_samples(tokenizer, length: int, samples: int) -> list[Sample]:
+    """`samples` documents of about `length` tokens of the essays, each with one question of every kind."""
+    ids = encode_text(tokenizer, haystack.essays())
+    per_char = len(ids) / max(len(tokenizer.decode(ids)), 1)
+    common = len(encode_text(tokenizer, kinds.COMMON_WORDS[0] + " ")) * length / per_char / kinds.COMMON_EVERY
+    out = []
+    for index in range(samples):
+        rng = random.Random(BENCH_SEED + 7919 * length + 31 * index + 2)
+        placed = kinds.questions_for(rng, kinds.kind_depths(index, samples))
+        sentences = [s for p in placed for s in p.sentences]
+        own = sum(len(encode_text(tokenizer, sentence + " ")) for _, sentence in sentences)
+        wanted = max(length - own - round(common), 1)  # room for the sentences put in
+        text = tokenizer.decode((ids * (wanted // len(ids) + 1))[:wanted])
+        body = kinds.with_sentences(text, sentences, rng)
+        questions = [Question(p.question, p.values[0], kind=p.kind, parts=p.values[1:]) for p in placed]
+        out.append(Sample(text_document(body, f"kinds-{index}"), questions))
     return out
 
 

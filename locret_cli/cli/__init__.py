@@ -1,12 +1,12 @@
 """The `locret` command line: parse, call the API, render. Nothing else lives here.
 
 `app.py` holds the Typer app and its error handling; one module per command family registers on it: `ask` (read,
-ask), `chat`, `batch`, `train`, `bench` and `convert`; shared options in `option_groups` and `options`.
+ask), `chat`, `batch`, `train`, `train_reader`, `bench` and `convert`; shared options in `option_groups` and `options`.
 """
 
 from __future__ import annotations
 
-from locret_cli.cli import ask, batch, bench, chat, convert, train  # noqa: F401  registers the commands on `app`
+from locret_cli.cli import ask, batch, bench, chat, convert, train, train_reader  # noqa: F401  registers the commands on `app`
 from locret_cli.cli.app import app
 
 __all__ = ["app", "main"]

@@ -21,9 +21,10 @@ def bench(
     model: Annotated[Optional[str], typer.Option(help="Hub id, local directory, .gguf file, or smollm2 (SmolLM2-135M-Instruct, with shipped heads). Default: the embedded model.")] = None,
     arch: Annotated[Optional[str], typer.Option(help="A shape preset with random weights: smollm2-135m, qwen2.5-0.5b, llama-3.2-1b, llama-3.1-8b or phi-3-mini-128k. Speed and memory only.")] = None,
     heads: Annotated[Optional[str], typer.Option(help="Retaining heads for --model (the locret policy needs them).")] = None,
-    policies: Annotated[str, typer.Option(help="Comma-separated rows: a policy, optionally with settings of its own, as in locret:reread=0 or locret:span=64:stabilizers=2048.")] = ",".join(POLICY_NAMES),
+    reader: option_groups.Reader = None,
+    policies: Annotated[str, typer.Option(help="Comma-separated rows: a policy, optionally with settings (or a reader) of its own, as in locret:reread=0, locret:span=64:stabilizers=2048 or locret:reread=0:reader=off.")] = ",".join(POLICY_NAMES),
     lengths: Annotated[str, typer.Option(help="Context lengths in tokens; k = 1024.")] = "4k,16k",
-    tasks: Annotated[str, typer.Option(help="needle (pass key at depths 0-100%), facts and/or niah (the Paul Graham essays).")] = "needle",
+    tasks: Annotated[str, typer.Option(help="needle (pass key at depths 0-100%), facts, niah (the Paul Graham essays) and/or kinds (one question of each kind per document, in the essays).")] = "needle",
     data: Annotated[Optional[str], typer.Option(help="Your own JSONL of context (text or a .pdf/.txt path), question, answer. Replaces --tasks and --lengths.")] = None,
     samples: Annotated[int, typer.Option(help="Documents per cell (needle depths are spread over them).")] = 3,
     repeat: Annotated[int, typer.Option(help="Runs per cell, each in a fresh process; figures are medians.")] = 1,
@@ -45,18 +46,18 @@ def bench(
 ) -> None:
     """Run the same documents and questions through each policy: accuracy, memory and speed, side by side."""
     from locret_cli.bench import BenchConfig, parse_lengths, run_bench
-    from locret_cli.bench.output import bench_table, write_csv, write_plot
+    from locret_cli.bench.output import bench_table, kinds_table, write_csv, write_plot
 
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     for target in (csv_path, plot):
         if target:
             refuse_existing(target)
     config = BenchConfig(
-        model=model, arch=arch, heads=heads, policies=[p.strip() for p in policies.split(",") if p.strip()],
+        model=model, arch=arch, heads=heads, reader=reader, policies=[p.strip() for p in policies.split(",") if p.strip()],
         lengths=parse_lengths(lengths), tasks=[t.strip() for t in tasks.split(",") if t.strip()], data=data,
         samples=samples, repeat=repeat, budget=budget, chunk_size=chunk_size, stabilizers=stabilizers,
         positions=positions, max_new_tokens=max_new_tokens, device=device, dtype=dtype, load_4bit=load_4bit,
-        load_8bit=load_8bit, max_memory=max_memory,         trust_remote_code=trust_remote_code, memory_limit_gb=memory_limit,
+        load_8bit=load_8bit, max_memory=max_memory, trust_remote_code=trust_remote_code, memory_limit_gb=memory_limit,
     ).checked()
     with err.status("measuring this machine's matmul rate", spinner="dots") as status:
         result = run_bench(config, on_cell=lambda label, i, n: status.update(f"cell {min(i + 1, n)}/{n}: {label}"))
@@ -67,4 +68,7 @@ def bench(
     if as_json:
         sys.stdout.write(json.dumps(result.to_json()) + "\n")
     else:
-        Console(highlight=False, width=None if sys.stdout.isatty() else 160).print(bench_table(result))
+        out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+        out.print(bench_table(result))
+        if (by_kind := kinds_table(result)) is not None:
+            out.print(by_kind)

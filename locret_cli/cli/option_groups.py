@@ -34,6 +34,9 @@ ModelName = Annotated[Optional[str], typer.Option(
 Heads = Annotated[Optional[str], typer.Option(
     "--heads", help="Retaining heads: a locret heads dir or an official Locret checkpoint. Default: those shipped for "
                     "the model, if any.", rich_help_panel=MODEL_PANEL)]
+Reader = Annotated[Optional[str], typer.Option(
+    "--reader", help="The reader that answers from the bounded cache: a reader dir (`locret train-reader`), or off. "
+                     "Default: the one shipped for the model, if any.", rich_help_panel=MODEL_PANEL)]
 Device = Annotated[str, typer.Option("--device", help="auto, cpu or cuda.", rich_help_panel=MODEL_PANEL)]
 Dtype = Annotated[str, typer.Option("--dtype", help="auto (bf16 where fast), bf16, fp16 or fp32.",
                                     rich_help_panel=MODEL_PANEL)]
@@ -58,7 +61,7 @@ def model_options() -> list[inspect.Parameter]:
     policy = Annotated[Optional[str], typer.Option(
         "--policy", help=f"Eviction policy: {DEFAULT_POLICY} (default), {', '.join(others[:-1])} or {others[-1]}.",
         rich_help_panel=MODEL_PANEL)]
-    declared = [("model", ModelName, None), ("heads", Heads, None), ("policy", policy, None),
+    declared = [("model", ModelName, None), ("heads", Heads, None), ("reader", Reader, None), ("policy", policy, None),
                 ("device", Device, "auto"), ("dtype", Dtype, "auto"), ("load_4bit", Load4bit, False),
                 ("load_8bit", Load8bit, False), ("max_memory", MaxMemory, None),
                 ("trust_remote_code", TrustRemoteCode, False)]

@@ -29,8 +29,11 @@ def cost_table(result: AskResult) -> Table:
         ("reading the document" if result.holds_document else "tokenizing the document", f"{result.read_s:.2f} s")
     kept = f"{result.cache_kept_tokens:,}" if result.holds_document else \
         "- (bounded read not run: the answer came from the re-read window)"
-    route = ROUTE_NAMES[result.route] + (" (no window located)" if result.route == "bounded-cache" and
-                                          result.answering.reread else "")
+    route = ROUTE_NAMES[result.route]
+    if result.route == "bounded-cache" and result.answering.reread:
+        route += " (the windows' answer named nothing the document holds)" if result.windows else \
+            " (no window located)"
+    route += f", read with the reader {result.reader}" if result.reader else ""
     rows = [
         ("model", result.model),
         ("compute", result.compute or "-"),

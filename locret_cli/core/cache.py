@@ -266,6 +266,13 @@ class LocretCache(Cache):
             clone.layers.append(twin)
         return clone
 
+    def forget_gradients(self) -> None:
+        """Drop the autograd history that a forward with gradients (training a reader) left on the shared buffers
+        by writing its entries there, so that the next fork's forward starts a graph of its own."""
+        for layer in self.layers:
+            for tensor in () if layer.buffers is None else layer.buffers.tensors.values():
+                tensor.detach_()
+
     def stage_scores(self, layer_idx: int, scores: torch.Tensor) -> None:
         """Set the scores (B, kv_heads, T) of the tokens the next forward pass appends to `layer_idx`."""
         self.layers[layer_idx].staged_scores = scores

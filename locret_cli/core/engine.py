@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable, Iterable
-from contextlib import ExitStack, nullcontext
+from contextlib import ExitStack
 from dataclasses import dataclass, replace
 
 import torch
@@ -22,6 +22,7 @@ from locret_cli.core.lazy_prefill import flowing_tokens, lazy_layers
 from locret_cli.core.policies import Policy, select
 from locret_cli.core.probe import observe_attention
 from locret_cli.core.profile_marks import CAPTURE, FREQUENCIES, mark
+from locret_cli.core.reader import ReaderAdapter, reading_with
 from locret_cli.core.rope import changes_with_length, frequencies_for, rotary_module
 from locret_cli.core.settings import AnswerSettings, ReadSettings
 from locret_cli.core.sources import TokenChunk
@@ -100,6 +101,7 @@ class Engine:
         self.document_tokens = self.kept_tokens = 0
         self.pruned_tokens = 0  # lazy prefill: chunk tokens that skipped the layers above the cut, summed
         self.generator = torch.Generator(device="cpu").manual_seed(answering.seed)
+        self.reader: ReaderAdapter | None = None  # in force for answers only (`core/reader.py`)
 
     def read(self, chunks: Iterable[TokenChunk], on_progress: Callable[[Progress], None] | None = None) -> None:
         """Stream the document through the bounded cache. Eviction does not depend on the question, so one read can
@@ -110,15 +112,19 @@ class Engine:
                 on_progress(Progress(self.seen, chunk.units_done, chunk.first_page, chunk.last_page, self.cache.length()))
         self.document_tokens, self.kept_tokens = self.seen, self.cache.length()
 
+    @torch.no_grad()
     def answer(self, question_ids: list[int], start: float | None = None,
                on_token: Callable[[int], None] | None = None, tally: AttentionTally | None = None) -> Generation:
         """Prefill the question without eviction and decode; `start` is when reading began (default: now).
 
         `on_token` hears each answer token as it is chosen; `tally`, if given, adds up the attention the answer pays
-        to the document's entries (for citations)."""
+        to the document's entries (for citations). The reader, if any, is in force for the question and the answer."""
         start = self.clock() if start is None else start
         self.cache.reserve(self.cache.length() + len(question_ids) + self.answering.max_new_tokens)
-        with observe_attention(self.model, tally.observe) if tally is not None else nullcontext():
+        with ExitStack() as answering:
+            answering.enter_context(reading_with(self.model, self.reader))
+            if tally is not None:
+                answering.enter_context(observe_attention(self.model, tally.observe))
             logits = self.forward(question_ids, score=False)
             first = self.pick(logits)
             first_token_at = self.clock()
@@ -173,6 +179,11 @@ class Engine:
     @torch.no_grad()
     def forward(self, ids: list[int], score: bool) -> torch.Tensor:
         """Run `ids` through the model on top of the cache; returns the last position's logits (vocab,)."""
+        return self.logits(ids, score, 1)[-1]
+
+    def logits(self, ids: list[int], score: bool, last: int) -> torch.Tensor:
+        """`forward`, returning the last `last` positions' logits (last, vocab), with gradients where the caller
+        enables them (training a reader)."""
         token_index = torch.arange(self.seen, self.seen + len(ids), device=self.device)
         if self.settings.positions == "compact":
             start = self.cache.length()
@@ -196,11 +207,11 @@ class Engine:
                 position_ids=positions.unsqueeze(0),
                 **cache_kwargs(self.model, self.cache),
                 use_cache=True,
-                logits_to_keep=1,
+                logits_to_keep=last,
             )
         self.seen += len(ids)
         self.cache.note_peak()
-        return out.logits[0, -1].float()
+        return out.logits[0].float()
 
     def _scorer(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """The capture callback: the policy scores a layer's new entries (their token indices are the origins staged

@@ -16,6 +16,7 @@ DEFAULT_POLICY = "locret"  # the eviction policy unless one is asked for (`core/
 KV_BITS = (16, 8, 4)  # bits per cached key and value (`kv_quant.py`)
 POSITION_MODES = ("compact", "original")
 LOCATE_MODES = ("attention", "words", "both")  # what names the windows `--reread` reads again
+FALLBACKS = ("unlocated", "unspecific")  # when the bounded cache answers in place of `--reread`'s windows
 
 
 def setting(default, help: str, *, minimum: float | None = None, odd: bool = False, choices: tuple = (),
@@ -107,6 +108,12 @@ class AnswerSettings:
     locate: str = setting("attention", "What places the re-read windows: attention (where a first answer from the "
                                        "bounded cache looked), words (where the question's rarer words occur), or "
                                        "both.", choices=LOCATE_MODES)
+    fallback: str = setting("unlocated", "With --reread, when the bounded cache answers instead: unlocated (no window "
+                                         "is located) or unspecific (also when the windows' answer names nothing the "
+                                         "document holds, and the bounded cache's answer does).", choices=FALLBACKS)
+    hops: int = setting(1, "With --reread: 2 also reads again the windows where the first answer's own rarer words "
+                           "occur, and answers from all of them (a fact that needs two places); 1: one pass.",
+                        minimum=1, at_most=2)
     strict: bool = setting(False, "Replace an answer whose specific content (numbers, names, codes, phrases) is not "
                                   "in the document with \"The document does not say.\", and exit with status 4.",
                            flag="--strict/--no-strict")

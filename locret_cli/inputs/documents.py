@@ -55,6 +55,12 @@ class Document:
     size_bytes: int | None = None
 
 
+def text_document(text: str, name: str = "generated") -> Document:
+    """A Document over a string already in memory."""
+    return Document(name=name, kind="text", unit="bytes", total_units=len(text),
+                    segments=lambda: iter([Segment(text, None, len(text))]))
+
+
 def open_document(source: str, encoding: str | None = None, stdin: BinaryIO | None = None) -> Document:
     """Open a PDF or text file, or stdin for `-`. Raises LocretError for anything unreadable."""
     if source == "-":

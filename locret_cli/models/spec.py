@@ -12,7 +12,8 @@ from locret_cli.core.settings import DEFAULT_POLICY
 class ModelSpec:
     """`model` is a Hub id, a local directory, a `.gguf` file or a known short name (None: the embedded model);
     `arch` instead builds a real model shape with random weights (`models/arch.py`) for speed and memory figures.
-    `heads` None takes those shipped for the model, if any."""
+    `heads` None takes those shipped for the model, if any; `reader` None likewise takes the reader shipped for it
+    (`core/reader.py`), "off" none, else a reader's directory."""
 
     model: str | None = None
     heads: str | None = None
@@ -24,6 +25,7 @@ class ModelSpec:
     trust_remote_code: bool = False
     arch: str | None = None
     max_memory: str | None = None  # a size such as 2GiB: weights past it stay on disk (`runtime/offload.py`)
+    reader: str | None = None
 
     def to_json(self) -> dict:
         return asdict(self)

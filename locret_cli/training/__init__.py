@@ -1,4 +1,5 @@
-"""`locret train`: retaining heads for any supported model, from prompt/answer data."""
+"""`locret train`: retaining heads for any supported model, from prompt/answer data; `locret train-reader`: a reader
+for a model and its heads, from documents and their questions."""
 
 from __future__ import annotations
 
@@ -10,9 +11,18 @@ from locret_cli.core.identity import weights_identity
 from locret_cli.models.heads_files import save_heads
 from locret_cli.models.loading import LoadedModel
 from locret_cli.training.data import load_records, tokenize
+from locret_cli.training.reader_trainer import (
+    ReaderConfig,
+    ReaderStep,
+    ReaderSummary,
+    ReaderTrainer,
+    check_reader_output,
+    load_reader_records,
+)
 from locret_cli.training.trainer import HeadTrainer, StepReport, TrainConfig, TrainSummary, check_heads_output
 
-__all__ = ["StepReport", "TrainConfig", "TrainSummary", "train_heads"]
+__all__ = ["ReaderConfig", "ReaderStep", "ReaderSummary", "StepReport", "TrainConfig", "TrainSummary", "train_heads",
+           "train_reader"]
 
 
 def descriptive_name(model: str) -> str:
@@ -46,4 +56,30 @@ def train_heads(
         "model": descriptive_name(loaded.name), "model_identity": weights_identity(model), "data": Path(data).name,
         "training": {**asdict(config), "max_len": max_len, "final_loss": summary.final_loss,
                      "heldout_accuracy": summary.heldout_accuracy}})
+    return summary
+
+
+def train_reader(
+    session,
+    data: str | Path,
+    out: str | Path,
+    config: ReaderConfig,
+    resume: bool = False,
+    overwrite: bool = False,
+    warn: Callable[[str], None] = lambda _: None,
+    on_read: Callable[[int, int], None] | None = None,
+    on_step: Callable[[ReaderStep], None] | None = None,
+) -> ReaderSummary:
+    """Train a reader for `session`'s model and heads on `data` (`load_reader_records`) and save it in `out`
+    (reader.safetensors + reader.json). Documents already read into `out` are not read again."""
+    out = Path(out)
+    check_reader_output(out, resume, overwrite)
+    trainer = ReaderTrainer(session, load_reader_records(data), out, config)
+    if resume and not trainer.resume():
+        warn(f"no checkpoint in {out}; starting from step 0")
+    trainer.prepare_reads(on_read)
+    summary = trainer.train(on_step)
+    trainer.save({"model": descriptive_name(session.loaded.name), "data": Path(data).name,
+                  "settings": {k: v for k, v in asdict(session.read_settings()).items() if k != "budget"},
+                  "final_loss": summary.final_loss})
     return summary

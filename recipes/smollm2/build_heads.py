@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from locret_cli.core.heads import HEADS_CONFIG, HEADS_WEIGHTS
+from locret_cli.models.heads_files import HEADS_CONFIG, HEADS_WEIGHTS
 from locret_cli.models.loading import load_model
 from locret_cli.models.shipped import DEFAULTS_FILE, HEADS_ROOT
 from locret_cli.training import TrainConfig, train_heads
@@ -29,9 +29,12 @@ from recipes import prose
 from recipes.smollm2 import heads_data
 
 NAME = "smollm2-135m-instruct"
-# engine settings recorded with the heads (docs/real-models.md): the model's 8,192 positions hold budget + chunk +
-# question under compact positions
-DEFAULTS = {"budget": 4096, "chunk_size": 1024, "stabilizers": 256, "score_pool": 1}
+# engine settings recorded with the heads (docs/real-models.md, docs/reader.md): the model's 8,192 positions hold
+# budget + chunk + question under compact positions; answers come from the window the question's words locate, read
+# again whole, and from the bounded cache (with the reader) where none is located or the window's answer names
+# nothing the document holds
+DEFAULTS = {"budget": 4096, "chunk_size": 1024, "stabilizers": 256, "score_pool": 1, "reread": 1, "reread_tokens": 1024,
+            "locate": "words", "stop_repeats": 8, "fallback": "unspecific"}
 RECIPE = {"examples": 1500, "tokens": 1700, "steps": 1500, "hidden": 256, "lr": 5e-4, "max_len": 2048}
 
 
@@ -41,6 +44,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("runs/smollm2"))
     parser.add_argument("--steps", type=int, default=RECIPE["steps"])
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--keep-weight", type=float, default=0.0, help="the keep loss's weight (0: the shipped heads)")
     parser.add_argument("--no-install", action="store_true", help="train only; leave the package's heads alone")
     args = parser.parse_args()
     torch.manual_seed(args.seed)
@@ -51,7 +55,8 @@ def main() -> None:
         heads_data.write(paragraphs, data, RECIPE["examples"], RECIPE["tokens"], args.seed)
         print(f"wrote {RECIPE['examples']} records from {len(paragraphs)} paragraphs to {data}", flush=True)
     loaded = load_model("smollm2", device="cpu", dtype="bf16")
-    config = TrainConfig(steps=args.steps, hidden=RECIPE["hidden"], lr=RECIPE["lr"], seed=args.seed, save_every=250)
+    config = TrainConfig(steps=args.steps, hidden=RECIPE["hidden"], lr=RECIPE["lr"], seed=args.seed, save_every=250,
+                         keep_weight=args.keep_weight)
     heads_dir = args.out / "heads"
     resume = (heads_dir / "checkpoints").exists()
     started = time.time()

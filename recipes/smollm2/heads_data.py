@@ -4,6 +4,7 @@ Each record is one document of `tokens` tokens of prose from the training packag
 depths, and one question. With one fact, the question asks for it; with more, it asks for all of them at once and the
 answer states each, so every fact the document holds is one the answer attends to (docs/training.md: heads learn to
 drop what no answer needs). The answer restates the fact as the model does when it answers ("The pass key is ...").
+Each record also names every fact's statement as a passage to keep (`locret train --keep-weight`).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def record(paragraphs: list[str], tokens: int, rng: random.Random) -> dict:
         question = " And ".join(f.question for f in asked)
     prompt = document.text.rstrip() + question_text(question)
     # the prompt holds the question as `locret ask` lays it out; the trainer wraps it in the chat template
-    return {"prompt": prompt, "answer": " ".join(reply(f) for f in asked)}
+    return {"prompt": prompt, "answer": " ".join(reply(f) for f in asked), "keep": [f.statement for f in asked]}
 
 
 def write(paragraphs: list[str], out: Path, examples: int, tokens: int, seed: int) -> Path:

@@ -23,7 +23,7 @@ import torch
 
 from benchmarks.embedded.evaluate import DEV_SEED, reading_ids, spans_in
 from locret_cli.api import Session
-from locret_cli.bench.tasks import text_document
+from locret_cli.inputs.documents import text_document
 from locret_cli.core.policies.locret import LocretPolicy
 from locret_cli.core.settings import ReadSettings
 from locret_cli.inputs.prompt import prompt_layout

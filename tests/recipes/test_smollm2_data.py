@@ -6,7 +6,7 @@ import json
 import random
 
 from recipes import prose
-from recipes.smollm2 import documents, heads_data
+from recipes.smollm2 import documents, heads_data, reader_data
 
 PROSE = [f"Paragraph {i} explains how the graph keeps its nodes. It is plain prose, with two sentences." * 2
          for i in range(40)]
@@ -42,3 +42,13 @@ def test_records_ask_for_every_fact_they_hold(tmp_path):
         assert record["prompt"].count("\n\nQuestion: ") == 1 and len(stated) in (1, 2, 3)
         for sentence in stated:  # every fact the answer states is in the prompt, and asked
             assert sentence.rstrip(".") in record["prompt"]
+        assert len(record["keep"]) == len(stated) and all(k in record["prompt"] for k in record["keep"])
+
+
+def test_reader_records_ask_every_fact_of_their_document_with_the_sentence_that_answers(tmp_path):
+    path = reader_data.write(PROSE, tmp_path / "reader.jsonl", count=12, lengths=(300, 900), seed=0)
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(records) == 12 and {3, 4, 5, 6} >= {len(r["questions"]) for r in records}
+    for record in records:
+        for item in record["questions"]:
+            assert item["answer"].rstrip(".") in record["document"] and item["question"].endswith("?")

@@ -1,0 +1,148 @@
+"""SmolLM2-135M-Instruct's answers by route, with its reader and without, from one read per document.
+
+Each document is read once (`Session.read`, the shipped heads and recorded settings unless --budget says otherwise)
+and every question is asked of that one read under each configuration:
+
+    one-read          --reread 0 --reader off: the bounded cache alone, as the model reads it untrained
+    one-read+reader   --reread 0: the bounded cache, read with the reader
+    windows           the recorded route (re-read windows the question's words locate, else the bounded cache),
+                      with no reader: what shipped before the reader
+    windows+reader    the same, with the bounded cache read with the reader where no window is located
+    two-hops+reader   windows+reader with `--hops 2`: the first answer's words locate more windows
+    fallback+reader   windows+reader with `--fallback unspecific`: the bounded cache (with the reader) answers
+                      too when the windows' answer names nothing the document holds, and is shown if its answer does
+
+Sets: `dev` (`evaluate.py`'s dev documents: pass keys, codes and people in prose of the dev packages) and `kinds`
+(`locret bench --tasks kinds`: one question of each kind per document, in the Paul Graham essays). Rows go to --out
+as each document finishes; a rerun skips the configurations a document has rows for (--configs picks some).
+
+    python -m benchmarks.smollm2.reader_routes --out runs/reader-routes.jsonl --sets dev,kinds --lengths 32000 \\
+        --documents 4
+    python -m benchmarks.smollm2.reader_routes --out runs/reader-routes.jsonl --report
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections import defaultdict
+from dataclasses import replace
+from pathlib import Path
+
+from locret_cli.api import Session, load_session
+from locret_cli.bench.tasks import Question, kinds_samples
+from locret_cli.core.measure import peak_memory
+from locret_cli.models.heads_files import load_heads
+from locret_cli.inputs.documents import text_document
+from recipes import prose
+
+CONFIGS = {  # name: (answer settings changed, with the reader)
+    "one-read": ({"reread": 0}, False), "one-read+reader": ({"reread": 0}, True), "windows": ({}, False),
+    "windows+reader": ({}, True), "two-hops+reader": ({"hops": 2}, True),
+    "fallback+reader": ({"fallback": "unspecific"}, True)}
+
+
+def dev_questions(length: int, count: int, packages: Path | None) -> list[tuple[object, list[Question]]]:
+    from benchmarks.smollm2.evaluate import dev_documents
+
+    paragraphs = prose.paragraphs(prose.DEV_PACKAGES, packages)
+    return [(text_document(d.text, f"dev-{length}-{i}"), [Question(f.question, f.answer, kind=f.kind) for f in d.facts])
+            for i, d in enumerate(dev_documents(paragraphs, length)[:count])]
+
+
+def kinds_questions(session: Session, length: int, count: int) -> list[tuple[object, list[Question]]]:
+    return [(s.document, s.questions) for s in kinds_samples(session.loaded.tokenizer, length, count)]
+
+
+def run(session: Session, policy: str, sets: list[str], lengths: list[int], count: int, out: Path,
+        packages: Path | None, overrides: dict, chosen: list[str]) -> None:
+    done = {(r["set"], r["length"], r["policy"], r["document"], r["config"]) for r in read_rows(out)}
+    reader = session.reader
+    runner = Session(session.loaded, session.heads, policy, reader)
+    settings = runner.read_settings(**overrides)
+    base = runner.answer_settings(max_new_tokens=32)
+    wanted = {n: c for n, c in CONFIGS.items() if (not c[1] or reader is not None) and n in chosen}
+    for name in sets:
+        for length in lengths:
+            docs = dev_questions(length, count, packages) if name == "dev" else kinds_questions(session, length, count)
+            for index, (document, questions) in enumerate(docs):
+                configs = {n: c for n, c in wanted.items() if (name, length, policy, index, n) not in done}
+                if not configs:
+                    continue
+                reading = runner.read(document, settings, force=True)
+                rows = []
+                for question in questions:
+                    for config, (changed, with_reader) in configs.items():
+                        reading.engine.reader = reader if with_reader else None
+                        answering = replace(base, **changed)
+                        result = reading.ask(question.question, answering, sources=0)
+                        rows.append({"set": name, "length": length, "policy": policy, "document": index,
+                                     "config": config, "kind": question.kind, "question": question.question,
+                                     "expected": [question.answer, *question.parts], "answer": result.answer,
+                                     "correct": question.contained_in(result.answer), "route": result.route,
+                                     "tokens": result.document.tokens, "read_s": reading.read_s,
+                                     "time_to_first_token_s": result.time_to_first_token_s - reading.read_s,
+                                     "peak_bytes": peak_memory(session.loaded.model.device)[0],
+                                     "settings": {"budget": settings.budget, "chunk_size": settings.chunk_size},
+                                     "finished_at": time.time()})
+                with out.open("a") as log:
+                    log.writelines(json.dumps(row) + "\n" for row in rows)
+                right = defaultdict(int)
+                for row in rows:
+                    right[row["config"]] += row["correct"]
+                print(f"{name} {length} {policy} doc {index} ({reading.read_s:.0f} s read): " +
+                      ", ".join(f"{c} {right[c]}/{len(questions)}" for c in configs), flush=True)
+
+
+def read_rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def report(rows: list[dict]) -> str:
+    groups = defaultdict(list)
+    for row in rows:
+        groups[(row["set"], row["length"], row["policy"], row["config"])].append(row)
+    kinds = sorted({row["kind"] for row in rows})
+    lines = ["| set | tokens | policy | configuration | all | " + " | ".join(kinds) + " |",
+             "|---|---:|---|---|---:|" + "---:|" * len(kinds)]
+    for (name, length, policy, config), group in sorted(groups.items()):
+        cells = [share([r for r in group if r["kind"] == kind]) for kind in kinds]
+        lines.append(f"| {name} | {length:,} | {policy} | {config} | {share(group)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def share(rows: list[dict]) -> str:
+    if not rows:
+        return "–"
+    right = sum(r["correct"] for r in rows)
+    return f"{100 * right / len(rows):.0f}% ({right}/{len(rows)})"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--sets", default="dev,kinds")
+    parser.add_argument("--lengths", default="32000")
+    parser.add_argument("--documents", type=int, default=4)
+    parser.add_argument("--policy", default="locret", help="locret, or full for the ceiling")
+    parser.add_argument("--reader", help="a reader directory (default: the one shipped with the model)")
+    parser.add_argument("--heads", help="other heads, read with the shipped heads' recorded settings")
+    parser.add_argument("--budget", type=int)
+    parser.add_argument("--prose-packages", type=Path, default=Path("runs/prose-packages"))
+    parser.add_argument("--configs", default=",".join(CONFIGS), help="the configurations to run")
+    parser.add_argument("--report", action="store_true")
+    args = parser.parse_args()
+    if not args.report:
+        session = load_session("smollm2", device="cpu", dtype="bf16", reader=args.reader)
+        if args.heads:
+            session = Session(session.loaded, load_heads(args.heads, session.loaded.model), session.policy,
+                              session.reader)
+        overrides = {"budget": args.budget} if args.budget else {}
+        run(session, args.policy, args.sets.split(","), [int(n) for n in args.lengths.split(",")], args.documents,
+            args.out, args.prose_packages, overrides, args.configs.split(","))
+    print(report(read_rows(args.out)))
+
+
+if __name__ == "__main__":
+    main()

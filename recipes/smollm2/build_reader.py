@@ -1,0 +1,80 @@
+"""The recipe for the reader shipped for SmolLM2-135M-Instruct, as one command:
+
+    pip install --no-deps --target runs/prose-packages scipy==1.16.3 pandas==2.3.3 astropy==7.1.1 \\
+        sqlalchemy==2.0.44 scikit-learn==1.7.2 statsmodels==0.14.5 django==5.2.8
+    python -m recipes.smollm2.build_reader --prose-packages runs/prose-packages --out runs/smollm2-reader
+
+It writes the training records (documents of the training packages' prose with facts, `reader_data.py`), trains a
+reader with `locret train-reader`'s trainer on SmolLM2's own bounded caches, read with its shipped heads and
+settings (reads are saved, checkpoints every 100 steps: run it again to resume), then copies the reader into the
+package beside the heads (`locret_cli/models/heads/`), where `--model smollm2` finds it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from locret_cli.api import load_session
+from locret_cli.models.reader_files import READER_CONFIG, load_reader, save_reader
+from locret_cli.models.shipped import HEADS_ROOT
+from locret_cli.training import ReaderConfig, train_reader
+from recipes import prose
+from recipes.smollm2 import reader_data
+from recipes.smollm2.build_heads import NAME
+
+RECIPE = {"documents": 120, "lengths": (3000, 12000), "steps": 1200, "rank": 8, "lr": 1e-3}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--prose-packages", type=Path, help="the `pip install --target` folder of the extra packages")
+    parser.add_argument("--out", type=Path, default=Path("runs/smollm2-reader"))
+    parser.add_argument("--documents", type=int, default=RECIPE["documents"])
+    parser.add_argument("--steps", type=int, default=RECIPE["steps"])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-install", action="store_true", help="train only; leave the package's reader alone")
+    parser.add_argument("--install-only", action="store_true", help="install the reader already trained in --out")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    data = args.out / "train.jsonl"
+    if not data.exists():
+        paragraphs = prose.paragraphs(prose.TRAIN_PACKAGES, args.prose_packages)
+        reader_data.write(paragraphs, data, args.documents, RECIPE["lengths"], args.seed)
+        print(f"wrote {args.documents} documents from {len(paragraphs)} paragraphs to {data}", flush=True)
+    session = load_session("smollm2", device="cpu", dtype="bf16", reader="off")
+    config = ReaderConfig(steps=args.steps, rank=RECIPE["rank"], lr=RECIPE["lr"], seed=args.seed)
+    if not args.install_only:
+        train(session, data, args.out, config)
+    if not args.no_install:
+        install(args.out, session.loaded.model, config, args.documents)
+
+
+def train(session, data: Path, out: Path, config: ReaderConfig) -> None:
+    started = time.time()
+    summary = train_reader(
+        session, data, out, config, resume=(out / "checkpoint").exists(), overwrite=True, warn=print,
+        on_read=lambda done, total: print(f"read {done}/{total} ({time.time() - started:.0f} s)", flush=True),
+        on_step=lambda r: r.step % 50 == 0 and print(f"step {r.step}/{r.steps} loss {r.loss:.4f} {r.seconds:.0f} s",
+                                                     flush=True))
+    print(f"trained {summary.steps} steps in {summary.seconds:.0f} s after {summary.read_s:.0f} s of reads; "
+          f"loss {summary.final_loss:.4f}; peak RSS {summary.peak_bytes / 2**20:.0f} MiB", flush=True)
+
+
+def install(out: Path, model, config: ReaderConfig, documents: int) -> None:
+    """The reader trained in `out`, in bf16 (half the bytes; it computes in fp32), beside the shipped heads."""
+    reader = load_reader(out, model)
+    trained = json.loads((out / READER_CONFIG).read_text())
+    meta = {"model": NAME, "training": {**asdict(config), "documents": documents, "lengths": RECIPE["lengths"],
+                                        "final_loss": trained.get("final_loss")}}
+    save_reader(reader, HEADS_ROOT / NAME, model, meta, dtype=torch.bfloat16)
+    print(f"installed the reader in {HEADS_ROOT / NAME}")
+
+
+if __name__ == "__main__":
+    main()
