@@ -37,13 +37,17 @@ def essays() -> str:
     return "\n\n".join(file.read_text(encoding="utf-8", errors="replace").strip() for file in files)
 
 
+def cycled(ids: list[int], tokens: int) -> list[int]:
+    """The first `tokens` of `ids`, repeated from the start when they are fewer."""
+    return (ids * (tokens // len(ids) + 1))[:tokens]
+
+
 def haystack_with_needle(tokenizer, haystack: str, length: int, depth: float) -> str:
     """About `length` tokens of `haystack` (cycled if shorter) with NEEDLE after the last sentence that ends before
     `depth` (0 to 1) of the text: at 0 it opens the document, at 1 it closes it."""
     ids = encode_text(tokenizer, haystack)
     wanted = max(length - len(encode_text(tokenizer, f" {NEEDLE} ")), 1)  # room for the needle
-    ids = (ids * (wanted // len(ids) + 1))[:wanted]
-    text = tokenizer.decode(ids)
+    text = tokenizer.decode(cycled(ids, wanted))
     at = round(depth * len(text))
     if 0 < at < len(text):
         end = text.rfind(". ", 0, at)

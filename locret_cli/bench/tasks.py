@@ -106,7 +106,7 @@ def kinds_samples(tokenizer, length: int, samples: int) -> list[Sample]:
         sentences = [s for p in placed for s in p.sentences]
         own = sum(len(encode_text(tokenizer, sentence + " ")) for _, sentence in sentences)
         wanted = max(length - own - round(common), 1)  # room for the sentences put in
-        text = tokenizer.decode((ids * (wanted // len(ids) + 1))[:wanted])
+        text = tokenizer.decode(haystack.cycled(ids, wanted))
         body = kinds.with_sentences(text, sentences, rng)
         questions = [Question(p.question, p.values[0], kind=p.kind, parts=p.values[1:]) for p in placed]
         out.append(Sample(text_document(body, f"kinds-{index}"), questions))
