@@ -20,7 +20,7 @@ from locret_cli.models.shipped import DEFAULTS_FILE, HEADS_ROOT
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "cli.md"
 BEGIN = "<!-- settings table: made by python -m recipes.settings_table from core/settings.py -->"
 END = "<!-- end of the settings table -->"
-SHIPPED_NAMES = {"smollm2-135m-instruct": "SmolLM2"}
+SHIPPED_NAMES = {"smollm2-135m-instruct": "SmolLM2", "gemma3-270m": "Gemma 3 270M"}
 
 
 def recorded_defaults() -> list[tuple[str, dict]]:

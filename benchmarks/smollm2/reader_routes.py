@@ -19,6 +19,8 @@ as each document finishes; a rerun skips the configurations a document has rows 
     python -m benchmarks.smollm2.reader_routes --out runs/reader-routes.jsonl --sets dev,kinds --lengths 32000 \\
         --documents 4
     python -m benchmarks.smollm2.reader_routes --out runs/reader-routes.jsonl --report
+
+`--model gemma3-270m` measures Gemma 3 270M the same way (it has no reader: the configurations without one).
 """
 
 from __future__ import annotations
@@ -122,6 +124,7 @@ def share(rows: list[dict]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--model", default="smollm2")
     parser.add_argument("--sets", default="dev,kinds")
     parser.add_argument("--lengths", default="32000")
     parser.add_argument("--documents", type=int, default=4)
@@ -134,7 +137,7 @@ def main() -> None:
     parser.add_argument("--report", action="store_true")
     args = parser.parse_args()
     if not args.report:
-        session = load_session("smollm2", device="cpu", dtype="bf16", reader=args.reader)
+        session = load_session(args.model, device="cpu", dtype="bf16", reader=args.reader)
         if args.heads:
             session = Session(session.loaded, load_heads(args.heads, session.loaded.model), session.policy,
                               session.reader)

@@ -71,6 +71,7 @@ class AskResult:
     withheld: str | None = None  # the model's answer, when `strict` replaced it with REFUSAL
     restated_from: str | None = None  # the model's own words, when the answer was restated in the question's
     reader: str | None = None  # the reader the answer read the bounded cache with (`core/reader.py`), if any
+    cache_by_kind: dict | None = None  # a model with sliding layers: each kind's layers, peak and full-cache bytes
 
     def to_json(self) -> dict:
         return {
@@ -94,6 +95,7 @@ class AskResult:
                 "peak_tokens": self.cache_peak_tokens,
                 "peak_bytes": self.cache_peak_bytes,
                 "full_cache_bytes": self.full_cache_bytes,
+                "by_kind": self.cache_by_kind,
             },
             "memory": {"peak_bytes": self.memory_peak_bytes, "device": self.memory_device},
             "speed": {

@@ -29,7 +29,7 @@ from locret_cli.api.routes import Drafted, Turn, route_for
 from locret_cli.checks.grounding import DocumentText
 from locret_cli.core.citations import kept_per_unit
 from locret_cli.core.engine import Engine, Progress
-from locret_cli.core.measure import full_cache_bytes, peak_memory
+from locret_cli.core.measure import cache_by_kind, full_cache_bytes, peak_memory
 from locret_cli.core.settings import AnswerSettings, ReadSettings
 from locret_cli.core.sources import SourceMap
 from locret_cli.errors import LocretError
@@ -140,6 +140,7 @@ class Reading:
             cache_peak_tokens=max(self.engine.cache.peak_tokens, engine.cache.peak_tokens),
             cache_peak_bytes=max(self.engine.cache.peak_bytes, engine.cache.peak_bytes),
             full_cache_bytes=full_cache_bytes(engine.model, all_tokens),
+            cache_by_kind=cache_by_kind(engine.model, (self.engine.cache, engine.cache), all_tokens),
             memory_peak_bytes=memory,
             memory_device=memory_device,
             read_s=self.read_s,
@@ -187,4 +188,3 @@ class Reading:
         self.read_now()
         kept = kept_per_unit(self.engine.cache, self.source_map, self.engine.kept_tokens)
         return self.source_map.labels(), kept.tolist()
-

@@ -16,7 +16,7 @@ from locret_cli.errors import LocretError
 @app.command()
 @domain_errors
 def convert(
-    source: Annotated[str, typer.Argument(help="A .gguf file, or smollm2.")],
+    source: Annotated[str, typer.Argument(help="A .gguf file, smollm2 or gemma3-270m.")],
     out: Annotated[str, typer.Argument(help="A new (or empty) directory for the checkpoint.")],
     dtype: Annotated[str, typer.Option(help="Dtype of the written weights: bf16, fp16 or fp32.")] = "bf16",
 ) -> None:

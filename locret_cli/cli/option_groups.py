@@ -29,7 +29,7 @@ OUTPUT_PANEL = "Input and output"
 
 
 ModelName = Annotated[Optional[str], typer.Option(
-    "--model", help="Hub id, local directory, .gguf file, or smollm2 (SmolLM2-135M-Instruct, with shipped heads). "
+    "--model", help="Hub id, local directory, .gguf file, smollm2 (SmolLM2-135M-Instruct) or gemma3-270m (Gemma 3 270M base), with shipped heads. "
                     "Default: the embedded model.", rich_help_panel=MODEL_PANEL)]
 Heads = Annotated[Optional[str], typer.Option(
     "--heads", help="Retaining heads: a locret heads dir or an official Locret checkpoint. Default: those shipped for "

@@ -16,6 +16,12 @@ from locret_cli.core.sources import Source
 ROUTE_NAMES = {"bounded-cache": "the bounded cache", "windows": "re-read windows"}  # `api/routes.py`
 
 
+def kind_rows(by_kind: dict | None) -> list[tuple[str, str]]:
+    """For a model with sliding layers, each kind's cache peak against its full cache."""
+    return [(f"  {kind} layers ({k['layers']}): peak / full", f"{human_bytes(k['peak_bytes'])} / "
+             f"{human_bytes(k['full_cache_bytes'])}") for kind, k in (by_kind or {}).items()]
+
+
 def cost_table(result: AskResult) -> Table:
     """What the answer cost: document, cache, memory and speed."""
     table = Table(title="What it cost", show_header=True, header_style="bold")
@@ -49,6 +55,7 @@ def cost_table(result: AskResult) -> Table:
         ("KV cache peak tokens (per head)", f"{result.cache_peak_tokens:,}"),
         ("KV cache peak", human_bytes(result.cache_peak_bytes) + (f" ({s.kv_bits}-bit)" if s.kv_bits < 16 else "")),
         ("full cache would need", f"{human_bytes(result.full_cache_bytes)} ({saved:,.1f}x)"),
+        *kind_rows(result.cache_by_kind),
         (f"peak memory ({result.memory_device})", human_bytes(result.memory_peak_bytes)),
         ("prefill tokens/s", f"{result.prefill_tokens_per_s:,.1f}"),
         ("decode tokens/s", decode),

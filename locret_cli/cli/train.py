@@ -17,7 +17,7 @@ from locret_cli.models.library_logs import quiet_libraries
 @app.command()
 @domain_errors
 def train(
-    model: Annotated[str, typer.Option(help="Hub id, local directory, .gguf file or smollm2: the (frozen) model.")],
+    model: Annotated[str, typer.Option(help="Hub id, local directory, .gguf file, smollm2 or gemma3-270m: the (frozen) model.")],
     data: Annotated[str, typer.Option(help="JSONL of prompt/answer, or ShareGPT-style JSON conversations.")],
     out: Annotated[str, typer.Option(help="Directory for the trained heads and checkpoints.")],
     steps: Annotated[int, typer.Option(help="Optimiser steps (one example each).")] = 3000,

@@ -12,6 +12,11 @@ Each layer holds, per KV head, n entries:
 Heads select independently, so the same slot may hold different tokens in different heads; every head always holds
 the same number of entries, which keeps the model's attention mask valid.
 
+A sliding layer (Gemma 3's, or any layer `config.layer_types` names "sliding_attention") holds the last window - 1
+entries it was given, in order, as the model was trained to read them: `LocretCache.slide` drops the older ones,
+and no policy evicts there. Its entries stay contiguous, so transformers' own sliding-window mask, sized by the
+layer's length, is right for them.
+
 With `kv_bits` 8 or 4, keys, values and unrotated keys are held quantized, each entry and head with its own scale
 (`kv_quant.py`): they are written as codes and read back in the model's dtype, and eviction gathers the codes and
 scales as it gathers every other field, so what is kept is never rounded twice.
@@ -33,24 +38,14 @@ import functools
 import inspect
 
 import torch
-from transformers.cache_utils import Cache, CacheLayerMixin
+from transformers.cache_utils import Cache
 
-from locret_cli.core.cache_buffers import Buffers
-from locret_cli.core.kv_quant import decode, encode, parts
-from locret_cli.core.profile_marks import CACHE_UPDATE, REROTATE, SELECT, mark
+from locret_cli.core.cache_layer import FIELDS, UNROTATED, ScoredLayer
+from locret_cli.core.kv_quant import encode
+from locret_cli.core.profile_marks import REROTATE, SELECT, mark
 from locret_cli.core.rope import AngleTable, rotate
-from locret_cli.errors import LocretError
 
-FIELDS = ("keys", "values", "scores", "positions", "origins")  # every entry's; a saved context holds these
-UNROTATED = "unrotated"  # added once keys first move
-
-
-def _entries(name: str) -> property:
-    def view(layer: "ScoredLayer") -> torch.Tensor | None:
-        return None if layer.buffers is None else layer.field(name)
-
-    return property(view, doc=f"The {name} of the layer's entries: a view of its buffer (dequantized, in 8 or 4 "
-                              "bits), or None before the first update.")
+__all__ = ["FIELDS", "UNROTATED", "LocretCache", "ScoredLayer", "cache_kwargs"]
 
 
 def cache_kwargs(module: torch.nn.Module, cache: Cache) -> dict[str, Cache]:
@@ -65,186 +60,37 @@ def _cache_keyword(module_class: type) -> str:
     return "cache" if "cache" in inspect.signature(module_class.forward).parameters else "past_key_values"
 
 
-class ScoredLayer(CacheLayerMixin):
-    """One decoder layer's entries, as views of its Buffers; see the module docstring."""
-
-    is_sliding = False
-    is_compileable = False
-    keys, values, scores, positions, origins, unrotated = (_entries(name) for name in (*FIELDS, UNROTATED))
-
-    def __init__(self, cache: "LocretCache"):  # CacheLayerMixin.__init__ would assign keys and values
-        self.cache, self.buffers, self.length, self.is_initialized = cache, None, 0, False
-        self.anchored = 0  # the first `anchored` entries have their unrotated key
-        self.staged_positions = self.staged_origins = self.staged_scores = None
-
-    def tensors(self) -> dict[str, torch.Tensor]:
-        """Every per-entry tensor as stored, by name (a quantized field's parts apart; empty before the first
-        update)."""
-        return {} if self.buffers is None else {name: t.narrow(2, 0, self.length)
-                                                 for name, t in self.buffers.tensors.items()}
-
-    def field(self, name: str, start: int = 0) -> torch.Tensor:
-        """Field `name` of entries start.. (B, kv_heads, n - start[, head_dim]): a view, or dequantized."""
-        bits = self.cache.kv_bits
-        stored = {part: self.buffers.tensors[part].narrow(2, start, self.length - start) for part in parts(name, bits)}
-        return decode(name, stored, bits, self.cache.dtype)
-
-    def unrotated_keys(self, frequencies: torch.Tensor) -> torch.Tensor:
-        """Give every entry its unrotated key, turning back those appended since the last call with `frequencies`
-        (rotary_dim / 2,), the ones they were rotated with; returns them all (B, kv_heads, n, head_dim)."""
-        if self.anchored < self.length:
-            cos, sin = self.cache.angles(self.positions[:, :, self.anchored:], frequencies)
-            self._write({UNROTATED: rotate(self.field("keys", self.anchored), cos, -sin)}, start=self.anchored)
-            self.anchored = self.length
-        return self.unrotated
-
-    def nbytes(self) -> int:
-        """Bytes of the entries held (the room reserved past them is not counted)."""
-        return 0 if self.buffers is None else self.length * self.buffers.entry_bytes
-
-    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        self.is_initialized = True
-
-    def get_seq_length(self) -> int:
-        return self.length
-
-    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
-        return self.length + query_length, 0
-
-    def get_max_length(self) -> int:
-        return -1
-
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        """Append T new entries (key_states: (B, kv_heads, T, head_dim)) with their staged positions, origins and
-        scores; returns the keys and values of all entries."""
-        with mark(CACHE_UPDATE):
-            new = key_states.shape[2]
-            scores, self.staged_scores = self.staged_scores, None
-            self.cache.dtype = key_states.dtype
-            stored = {**self.cache.encoded("keys", key_states), **self.cache.encoded("values", value_states)}
-            if self.buffers is None:
-                self.is_initialized = True
-                self.buffers = Buffers.allocate(self._first_entries(stored, scores), self.cache.room_for(new, 0))
-            self._own_tail(self.length + new)
-            buffers, start = self.buffers.tensors, self.length
-            for part, t in stored.items():
-                buffers[part].narrow(2, start, new).copy_(t)
-            buffers["positions"].narrow(2, start, new).copy_(self.staged_positions.view(1, 1, new))
-            buffers["origins"].narrow(2, start, new).copy_(self.staged_origins.view(1, 1, new))
-            if scores is None:
-                buffers["scores"].narrow(2, start, new).zero_()
-            else:
-                buffers["scores"].narrow(2, start, new).copy_(scores)
-            self.length += new
-            return self.keys, self.values
-
-    def _first_entries(self, stored: dict[str, torch.Tensor], scores) -> dict[str, torch.Tensor]:
-        """The five fields of the first appended entries (keys and values as stored), to allocate buffers like."""
-        batch, heads, new = stored["keys"].shape[:3]
-        index = self.staged_positions.view(1, 1, new).expand(batch, heads, new)
-        if scores is None:
-            scores = index.new_empty(batch, heads, new, dtype=torch.float32)
-        return {**stored, "scores": scores, "positions": index, "origins": index}
-
-    def load(self, tensors: dict[str, torch.Tensor]) -> None:
-        """Hold exactly `tensors` (the five, as `tensors()` returns them): a saved context's entries."""
-        self.length, self.anchored = tensors["keys"].shape[2], 0
-        self.buffers = Buffers.allocate(tensors, self.cache.room_for(self.length, 0))
-        self.is_initialized = True
-        self._write(tensors)
-
-    def keep(self, keep: torch.Tensor, moved_to: torch.Tensor | None = None) -> None:
-        """Keep only entries `keep` (B, kv_heads, k), in that order (gathered first, then written over the front);
-        with `moved_to` (B, kv_heads, k), rotate the kept keys for those positions, turning them from their
-        unrotated keys. Once keys have moved, the entries appended since get their unrotated keys first."""
-        if self.anchored or moved_to is not None:
-            self.unrotated_keys(self.cache.frequencies)
-        fields = self.tensors()
-        if moved_to is not None:  # the keys are made again from the unrotated ones, and the positions are given
-            for name in (*parts("keys", self.cache.kv_bits), "positions"):
-                del fields[name]
-        gathered = {name: t.gather(2, keep if t.dim() == 3 else keep.unsqueeze(-1).expand(-1, -1, -1, t.shape[-1]))
-                    for name, t in fields.items()}
-        if moved_to is not None:
-            gathered["positions"] = moved_to.to(self.positions)
-            with mark(REROTATE):
-                cos, sin = self.cache.angles(gathered["positions"], self.cache.frequencies)
-                unrotated = decode(UNROTATED, gathered, self.cache.kv_bits, self.cache.dtype)
-                gathered.update(self.cache.encoded("keys", rotate(unrotated, cos, sin)))
-        self.length = keep.shape[-1]
-        self.anchored = min(self.anchored, self.length)
-        self._write(gathered)
-
-    def truncate(self, length: int) -> None:
-        """Forget the entries past the first `length` (a question read only to score the document's entries)."""
-        self.length = min(self.length, length)
-        self.anchored = min(self.anchored, self.length)
-
-    def set(self, name: str, tensor: torch.Tensor) -> None:
-        """Replace one field of every entry (scores rescored, keys re-rotated, positions renumbered)."""
-        self._write({name: tensor})
-
-    def _write(self, tensors: dict[str, torch.Tensor], start: int = 0) -> None:
-        """Write entries start.. of some fields (B, kv_heads, k[, head_dim]), as values or as stored parts, first
-        taking a private copy if entries are shared."""
-        if self.buffers.shared > 0:
-            self._private_copy(self.buffers.capacity)
-        for name, t in tensors.items():
-            for part, stored in self.cache.encoded(name, t).items():
-                if part not in self.buffers.tensors:
-                    self.buffers.add(part, stored)
-                self.buffers.tensors[part].narrow(2, start, stored.shape[2]).copy_(stored)
-
-    def _own_tail(self, needed: int) -> None:
-        """Make this cache the one that may write entries length..needed-1, growing or copying if it must."""
-        buffers = self.buffers
-        if buffers.tail_owner is not self.cache and self.length > buffers.shared:
-            raise LocretError("this cache's last entries were overwritten by another fork of the same reading; "
-                              "fork the reading again")
-        if self.length < buffers.shared or needed > buffers.capacity:
-            self._private_copy(self.cache.room_for(needed, buffers.capacity))
-        self.buffers.tail_owner = self.cache
-
-    def _private_copy(self, capacity: int) -> None:
-        """Move this layer's entries into buffers of its own, `capacity` long."""
-        current = self.tensors()
-        self.buffers = Buffers.allocate(current, capacity)
-        self.buffers.tail_owner = self.cache
-        for name, t in current.items():
-            self.buffers.tensors[name][:, :, : self.length] = t
-
-
 class LocretCache(Cache):
-    """One ScoredLayer per decoder layer, plus the bookkeeping the engine reports."""
+    """One ScoredLayer per decoder layer, plus the bookkeeping the engine reports. `windows` gives each layer's
+    sliding window, or None where it attends to everything (the default: every layer); a sliding layer reserves
+    room for its window and `reserved - budget` more entries, where a global one reserves `reserved`."""
 
-    def __init__(self, num_layers: int, reserved: int = 0, step: int = 256, kv_bits: int = 16):
-        super().__init__(layers=[ScoredLayer(self) for _ in range(num_layers)])
+    def __init__(self, num_layers: int, reserved: int = 0, step: int = 256, kv_bits: int = 16,
+                 windows: list[int | None] | None = None, budget: int = 0):
+        windows = windows or [None] * num_layers
+        super().__init__(layers=[ScoredLayer(self, w, reserved if w is None or not reserved else
+                                             w - 1 + max(0, reserved - budget)) for w in windows])
         self.kv_bits = kv_bits  # 16: keys and values as the model makes them; 8 or 4: quantized (`kv_quant.py`)
         self.dtype: torch.dtype | None = None  # what quantized keys and values are read back in: the model's
-        self.reserved = reserved  # entries each layer's buffers may grow to before they are needed
         self.step = step  # past the reservation, buffers grow by at least this many entries (a chunk)
-        self.frequencies: torch.Tensor | None = None  # inverse frequencies the cached keys are rotated with
-        self.angles = AngleTable()  # cos and sin of the positions keys move to and from
+        self.frequencies: torch.Tensor | None = None  # inverse frequencies the global layers' keys are rotated with
+        self.window_frequencies: torch.Tensor | None = None  # the sliding layers' (Gemma 3 has a set of their own)
+        self.angles, self.window_angles = AngleTable(), AngleTable()  # cos and sin of the positions keys move to
         self.peak_tokens = 0
         self.peak_bytes = 0
+        self.peak_kind_bytes: dict[str, int] = {}  # the peak of the global layers' bytes, and of the sliding ones'
 
     def encoded(self, name: str, values: torch.Tensor) -> dict[str, torch.Tensor]:
         """Field `name`'s `values` as stored: quantized when this cache holds it in 8 or 4 bits and they are not
         codes already (gathered, or loaded from a file; scales pass through `encode` as they are)."""
         return encode(name, values, self.kv_bits) if values.is_floating_point() else {name: values}
 
-    def room_for(self, needed: int, capacity: int) -> int:
-        """The capacity to allocate for `needed` entries, growing from `capacity`: within the reservation, twice what
-        is needed but never past it; beyond it (a policy that never evicts), one `step` more, so a full cache holds
-        at most one chunk of room it does not use."""
-        if needed <= self.reserved:
-            return max(needed, capacity, min(self.reserved, 2 * needed))
-        return max(needed, capacity + self.step)
-
-    def reserve(self, entries: int) -> None:
-        """Make room for `entries` per head before they come, so appending them never grows a buffer."""
-        self.reserved = max(self.reserved, entries)
+    def reserve(self, more: int) -> None:
+        """Make room in every layer for `more` entries per head past those it holds, before they come, so appending
+        them never grows a buffer."""
         for layer in self.layers:
+            entries = layer.length + more
+            layer.reserved = max(layer.reserved, entries)
             if layer.buffers is not None and layer.buffers.capacity < entries:
                 layer._private_copy(entries)
 
@@ -254,7 +100,7 @@ class LocretCache(Cache):
         for layer in self.layers:
             layer.staged_positions, layer.staged_origins = positions, origins
 
-    def fork(self) -> "LocretCache":
+    def fork(self) -> LocretCache:
         """A cache that starts as this one and shares its buffers (see the module docstring)."""
         clone = copy.copy(self)
         clone.layers = []
@@ -278,21 +124,41 @@ class LocretCache(Cache):
         self.layers[layer_idx].staged_scores = scores
 
     def length(self) -> int:
-        """Entries per head (the same in every layer and head)."""
-        return self.layers[0].length
+        """Entries per head (the same in every global layer and head; sliding layers hold at most their window)."""
+        return next((layer for layer in self.layers if not layer.is_sliding), self.layers[0]).length
 
-    def nbytes(self) -> int:
-        return sum(layer.nbytes() for layer in self.layers)
+    def nbytes(self, sliding: bool | None = None) -> int:
+        """Bytes held by every layer, or only by the sliding (True) or the global (False) ones."""
+        return sum(layer.nbytes() for layer in self.layers if sliding is None or layer.is_sliding == sliding)
 
     def note_peak(self) -> None:
         """Record the current size; called after every forward pass, when the cache is at its largest."""
         self.peak_tokens = max(self.peak_tokens, self.length())
         self.peak_bytes = max(self.peak_bytes, self.nbytes())
+        for kind, sliding in (("global", False), ("sliding", True)):
+            self.peak_kind_bytes[kind] = max(self.peak_kind_bytes.get(kind, 0), self.nbytes(sliding))
 
-    def truncate(self, length: int) -> None:
-        """Forget, in every layer, the entries past the first `length`."""
+    def forget_last(self, count: int) -> None:
+        """Forget, in every layer, the last `count` entries."""
         for layer in self.layers:
-            layer.truncate(length)
+            layer.forget_last(count)
+
+    def slide(self, renumber: bool = False, slack: int = 0) -> None:
+        """Sliding layers keep only their last window - 1 entries, once they hold more than that plus `slack`. With
+        `renumber` (compact positions, after an eviction), the kept entries move to the positions just before
+        `length()`, where the next token goes."""
+        sliding = [layer for layer in self.layers if layer.is_sliding]
+        if not sliding:
+            return
+        end = self.length() if len(sliding) < len(self.layers) else min(sliding[0].length, sliding[0].window - 1)
+        for layer in sliding:
+            kept = min(layer.length, layer.window - 1)
+            if not renumber and layer.length <= kept + slack:
+                continue
+            batch, heads = layer.positions.shape[:2]
+            keep = torch.arange(layer.length - kept, layer.length, device=layer.positions.device)
+            moved = (keep - layer.length + end).to(torch.int32).expand(batch, heads, kept) if renumber else None
+            layer.keep(keep.expand(batch, heads, kept), moved)
 
     def evict(self, layer_idx: int, keep: torch.Tensor, moved_to: torch.Tensor | None = None) -> None:
         """Keep only entries `keep` (B, kv_heads, k), ascending, in one layer: every field of each entry. With

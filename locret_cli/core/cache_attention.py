@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from transformers import AttentionInterface
 
 from locret_cli.core.probe import attention_implementation
+from locret_cli.core.shape import layer_windows
 
 IMPLEMENTATION = "locret_cache"
 
@@ -69,11 +70,7 @@ AttentionInterface.register(IMPLEMENTATION, _attention)
 
 def attends_fully(config) -> bool:
     """Whether every layer of the model attends to all earlier tokens (no sliding window)."""
-    text = config.get_text_config(decoder=True)
-    layer_types = getattr(text, "layer_types", None)
-    if layer_types is not None:
-        return all(kind == "full_attention" for kind in layer_types)
-    return getattr(text, "sliding_window", None) is None
+    return not any(layer_windows(config))
 
 
 def applies_to(model) -> bool:

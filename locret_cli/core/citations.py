@@ -48,9 +48,13 @@ class AttentionTally:
     def origin_weights(self, reader: LocretCache, answerer: LocretCache) -> tuple[torch.Tensor, torch.Tensor]:
         """Each kept document entry's token index and the attention it received, over every layer and KV head:
         two (n,) tensors. `reader` holds the document's entries; `answerer`, its fork, the keys the answer attended
-        to."""
+        to. Sliding layers hold only the document's last tokens, and drop some while answering: only global layers
+        count where a model has both."""
         origins, weights = [], []
+        every = all(layer.is_sliding for layer in reader.layers)
         for layer_idx, (read, answered) in enumerate(zip(reader.layers, answerer.layers)):
+            if read.is_sliding and not every:
+                continue
             received = self.received(layer_idx, answered.keys)
             if received is not None:
                 origins.append(read.origins[..., : self.entries].flatten())

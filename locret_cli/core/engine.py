@@ -18,17 +18,19 @@ from locret_cli.core.cache import LocretCache, cache_kwargs
 from locret_cli.core.cache_attention import applies_to, use_cache_attention
 from locret_cli.core.capture import capture_qkv
 from locret_cli.core.citations import AttentionTally
-from locret_cli.core.lazy_prefill import flowing_tokens, lazy_layers
+from locret_cli.core.lazy_prefill import check_lazy, flowing_tokens, lazy_layers
 from locret_cli.core.policies import Policy, select
 from locret_cli.core.probe import observe_attention
 from locret_cli.core.profile_marks import CAPTURE, FREQUENCIES, mark
 from locret_cli.core.reader import ReaderAdapter, reading_with
-from locret_cli.core.rope import changes_with_length, frequencies_for, rotary_module
+from locret_cli.core.rope import SLIDING, changes_with_length, frequencies_for, rotary_module
 from locret_cli.core.settings import AnswerSettings, ReadSettings
+from locret_cli.core.shape import layer_windows
 from locret_cli.core.sources import TokenChunk
 from locret_cli.errors import SettingError
 
 QUESTION_ALLOWANCE = 256  # tokens a question is assumed to take when a document is read before it is asked
+SLIDE_SLACK = 64  # while answering, a sliding layer drops its oldest entries once it holds this many too many
 LAZY_SHAPES = 16  # lazy prefill: at most this many token counts flow above the cut (`flowing_tokens`' step)
 
 
@@ -69,10 +71,14 @@ class Engine:
     evicted, under every policy: a document cannot push the prompt's opening out of the cache.
 
     A policy that reads with the question (FINCH) gets `question_ids` read after every chunk, at the positions that
-    follow it; their entries are dropped before eviction, so the cache never holds them."""
+    follow it; their entries are dropped before eviction, so the cache never holds them.
+
+    An answer ends at a token of `stop_ids`, and, once it has begun, at one of `line_ends` (a base model's answer is
+    one line: `prompt.line_end_ids`)."""
 
     def __init__(self, model, policy: Policy, settings: ReadSettings, stop_ids: set[int], pinned: int = 0,
-                 answering: AnswerSettings = AnswerSettings(), question_ids: list[int] | None = None):
+                 answering: AnswerSettings = AnswerSettings(), question_ids: list[int] | None = None,
+                 line_ends: frozenset[int] = frozenset()):
         if policy.reads_question and not question_ids:
             raise SettingError("the {policy} {policy_value} policy reads the document with its questions: ask "
                                "FILE QUESTION, or give {questions}", policy_value=policy.name)
@@ -82,10 +88,12 @@ class Engine:
                 "fit in {budget} {budget_value}; raise {budget} or lower {stabilizers}",
                 pinned=pinned, stabilizers_value=settings.stabilizers, budget_value=settings.budget)
         layers = model.config.get_text_config(decoder=True).num_hidden_layers
+        windows = layer_windows(model.config)
         if policy.prunes and not settings.lazy_after:  # LazyLLM prunes from a quarter of the way up
             settings = replace(settings, lazy_after=max(1, layers // 4))
-        check_lazy(settings, policy, layers)
+        check_lazy(settings, policy, layers, sliding=any(windows))
         self.model, self.policy, self.settings, self.stop_ids, self.pinned = model, policy, settings, stop_ids, pinned
+        self.line_ends = line_ends
         self.answering = answering
         self.read_question_ids = list(question_ids or []) if policy.reads_question else []
         if self.read_question_ids:
@@ -96,7 +104,8 @@ class Engine:
         self.mask_free = applies_to(model)  # attention over the cache without a mask (`cache_attention.py`)
         room = settings.budget + settings.chunk_size + QUESTION_ALLOWANCE + answering.max_new_tokens
         room = room if policy.evicts else 0
-        self.cache = LocretCache(layers, reserved=room, step=settings.chunk_size, kv_bits=settings.kv_bits)
+        self.cache = LocretCache(layers, reserved=room, step=settings.chunk_size, kv_bits=settings.kv_bits,
+                                 windows=windows, budget=settings.budget)
         self.seen = 0  # tokens of input consumed so far
         self.document_tokens = self.kept_tokens = 0
         self.pruned_tokens = 0  # lazy prefill: chunk tokens that skipped the layers above the cut, summed
@@ -120,12 +129,13 @@ class Engine:
         `on_token` hears each answer token as it is chosen; `tally`, if given, adds up the attention the answer pays
         to the document's entries (for citations). The reader, if any, is in force for the question and the answer."""
         start = self.clock() if start is None else start
-        self.cache.reserve(self.cache.length() + len(question_ids) + self.answering.max_new_tokens)
+        self.cache.reserve(len(question_ids) + self.answering.max_new_tokens)
         with ExitStack() as answering:
             answering.enter_context(reading_with(self.model, self.reader))
             if tally is not None:
                 answering.enter_context(observe_attention(self.model, tally.observe))
             logits = self.forward(question_ids, score=False)
+            self.cache.slide(slack=SLIDE_SLACK)
             first = self.pick(logits)
             first_token_at = self.clock()
             tokens, steps = self.decode(first, on_token)
@@ -142,7 +152,7 @@ class Engine:
             decode_steps=steps,
         )
 
-    def fork(self, answering: AnswerSettings | None = None) -> "Engine":
+    def fork(self, answering: AnswerSettings | None = None) -> Engine:
         """An engine sharing the model and, until either changes them, the cache's tensors: ask it a question and
         this one stays intact. It answers with `answering` (default: this engine's)."""
         clone = copy.copy(self)
@@ -158,23 +168,29 @@ class Engine:
         question = self.read_question_ids
         self.forward(ids + question, score=self.policy.evicts)
         if question:
-            self.cache.truncate(self.cache.length() - len(question))
+            self.cache.forget_last(len(question))
             self.seen -= len(question)
         if self.policy.evicts and self.cache.length() > self.settings.budget:
             self.evict()
+        else:
+            self.cache.slide()
 
     @torch.no_grad()
     def evict(self) -> None:
-        """Keep the top `budget` entries per KV head, pinned and stabilizers first; renumber positions if compact."""
-        budget = self.settings.budget
+        """Keep the top `budget` entries per KV head, pinned and stabilizers first, in the global layers (sliding
+        layers keep their window); renumber positions if compact."""
+        budget, compact = self.settings.budget, self.settings.positions == "compact"
         renumbered = None
-        if self.settings.positions == "compact":
-            batch, heads = self.cache.layers[0].positions.shape[:2]
-            renumbered = torch.arange(budget, device=self.device, dtype=torch.int32).expand(batch, heads, budget)
         for layer_idx, layer in enumerate(self.cache.layers):
+            if layer.is_sliding:
+                continue
+            if compact and renumbered is None:
+                batch, heads = layer.positions.shape[:2]
+                renumbered = torch.arange(budget, device=self.device, dtype=torch.int32).expand(batch, heads, budget)
             keep = select(layer.scores, budget, self.settings.stabilizers, self.pinned, layer.origins,
                           self.settings.span)
             self.cache.evict(layer_idx, keep, renumbered)
+        self.cache.slide(renumber=compact)
 
     @torch.no_grad()
     def forward(self, ids: list[int], score: bool) -> torch.Tensor:
@@ -237,16 +253,19 @@ class Engine:
             return
         with mark(FREQUENCIES):
             frequencies = frequencies_for(self.rotary, positions)
+            if any(layer.is_sliding for layer in self.cache.layers) and self.cache.window_frequencies is None:
+                self.cache.window_frequencies = frequencies_for(self.rotary, positions, SLIDING)
         if self.cache.frequencies is None or self.cache.length() == 0:
             self.cache.frequencies = frequencies
         elif not torch.equal(frequencies, self.cache.frequencies):
             self.cache.switch_frequencies(frequencies)
 
     def decode(self, first: int, on_token: Callable[[int], None] | None = None) -> tuple[list[int], int]:
-        """Greedy (or sampled) decoding from `first` until a stop token or max_new_tokens, or, with stop_repeats, until
+        """Greedy (or sampled) decoding from `first` until a stop token (or a line end, once the answer has begun) or
+        max_new_tokens, or, with stop_repeats, until
         the answer repeats a run of tokens right after itself (the repeat is dropped); returns (tokens, steps)."""
         tokens, steps, token = [], 0, first
-        while token not in self.stop_ids:
+        while token not in self.stop_ids and not (tokens and token in self.line_ends):
             tokens.append(token)
             if on_token:
                 on_token(token)
@@ -256,6 +275,7 @@ class Engine:
                 del tokens[-period:]
                 break
             token = self.pick(self.forward([token], score=False))
+            self.cache.slide(slack=SLIDE_SLACK)
             steps += 1
         return tokens, steps
 
@@ -274,19 +294,6 @@ class Engine:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         return time.perf_counter()
-
-
-def check_lazy(settings: ReadSettings, policy: Policy, layers: int) -> None:
-    """Refuse lazy prefill where its rule has nothing to go by: a policy that never evicts or reads the question
-    after each chunk, or a cut at or above the model's last layer."""
-    if not settings.lazy_after:
-        return
-    if not policy.evicts or policy.reads_question:
-        raise SettingError("{lazy_after} prunes by an eviction policy's scores, and {policy} {policy_value} has none "
-                           "to prune by", policy_value=policy.name)
-    if settings.lazy_after >= layers:
-        raise SettingError("{lazy_after} must be below the model's {layers} layers, got {value}", layers=layers,
-                           value=settings.lazy_after)
 
 
 def repeated_run(tokens: list[int], shortest: int) -> int:

@@ -46,7 +46,7 @@ class RetainingHeads(nn.Module):
     def for_model(cls, model, hidden: int = DEFAULT_HIDDEN) -> "RetainingHeads":
         """Fresh heads sized from `model.config`, on the model's device and compute dtype."""
         config = model.config.get_text_config(decoder=True)
-        heads = cls(ModelShape.from_config(config), hidden, config.hidden_act)
+        heads = cls(ModelShape.from_config(config), hidden, activation_of(config))
         return heads.to(device=model.device, dtype=compute_dtype(model))
 
     def score(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -66,3 +66,8 @@ def compute_dtype(model) -> torch.dtype:
     if quant is not None and getattr(quant, "bnb_4bit_compute_dtype", None) is not None:
         return quant.bnb_4bit_compute_dtype
     return next(p.dtype for p in model.parameters() if p.dtype.is_floating_point)
+
+
+def activation_of(config) -> str:
+    """The model's MLP activation, which its heads use too (`hidden_act`; Gemma 3 calls it `hidden_activation`)."""
+    return getattr(config, "hidden_act", None) or getattr(config, "hidden_activation", None) or "silu"

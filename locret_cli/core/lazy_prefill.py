@@ -27,8 +27,9 @@ import torch
 from torch import nn
 
 from locret_cli.core.capture import attention_layers
-from locret_cli.core.policies.base import select
-from locret_cli.errors import LocretError
+from locret_cli.core.policies.base import Policy, select
+from locret_cli.core.settings import ReadSettings
+from locret_cli.errors import LocretError, SettingError
 
 # decide() -> the indices (K,) of the chunk's tokens that flow above layer L, ascending, or None when all do
 Decider = Callable[[], torch.Tensor | None]
@@ -124,3 +125,21 @@ def lazy_layers(model, cache, after: int, decide: Decider) -> Iterator[None]:
     finally:
         for handle in handles:
             handle.remove()
+
+
+def check_lazy(settings: ReadSettings, policy: Policy, layers: int, sliding: bool = False) -> None:
+    """Refuse lazy prefill where its rule has nothing to go by: a policy that never evicts or reads the question
+    after each chunk, or a cut at or above the model's last layer; and on a model with sliding layers, which must
+    see every token to hold their window."""
+    if not settings.lazy_after:
+        return
+    if sliding:
+        raise SettingError("{lazy_after} skips tokens in the upper layers, and this model's sliding layers must see "
+                           "every token; read it without {lazy_after}" + (" (the {policy} {policy_value} policy "
+                           "prunes)" if policy.prunes else ""), policy_value=policy.name)
+    if not policy.evicts or policy.reads_question:
+        raise SettingError("{lazy_after} prunes by an eviction policy's scores, and {policy} {policy_value} has none "
+                           "to prune by", policy_value=policy.name)
+    if settings.lazy_after >= layers:
+        raise SettingError("{lazy_after} must be below the model's {layers} layers, got {value}", layers=layers,
+                           value=settings.lazy_after)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import resource
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -12,7 +13,7 @@ import torch
 from locret_cli.core.heads import compute_dtype
 from locret_cli.core.kv_quant import entry_bytes
 from locret_cli.core.policies.attention import QUERY_BLOCK
-from locret_cli.core.shape import ModelShape
+from locret_cli.core.shape import ModelShape, layer_windows
 from locret_cli.errors import SettingError
 
 
@@ -33,10 +34,31 @@ def peak_memory(device: torch.device) -> tuple[int, str]:
 
 
 def full_cache_bytes(model, tokens: int) -> int:
-    """Bytes a plain cache of keys and values would hold for `tokens` tokens."""
+    """Bytes a plain cache of keys and values would hold for `tokens` tokens (a sliding layer holds its window, as
+    transformers' own cache does)."""
+    return sum(full_cache_kinds(model, tokens).values())
+
+
+def full_cache_kinds(model, tokens: int) -> dict[str, int]:
+    """`full_cache_bytes` of the global layers and of the sliding ones (0 where a model has none)."""
     shape = ModelShape.from_config(model.config)
     element = torch.empty(0, dtype=compute_dtype(model)).element_size()
-    return shape.layers * 2 * shape.kv_heads * shape.head_dim * element * tokens
+    per_token = 2 * shape.kv_heads * shape.head_dim * element
+    windows = layer_windows(model.config)
+    return {"global": per_token * tokens * windows.count(None),
+            "sliding": per_token * sum(min(tokens, w) for w in windows if w is not None)}
+
+
+def cache_by_kind(model, caches: Sequence, tokens: int) -> dict | None:
+    """For a model with sliding layers, each kind's layer count, cache peak (the largest of `caches`'
+    `peak_kind_bytes`: a reading's and its fork's) and full-cache bytes for `tokens`; None for a model without."""
+    windows = layer_windows(model.config)
+    if not any(windows):
+        return None
+    full = full_cache_kinds(model, tokens)
+    layers = {"global": windows.count(None), "sliding": len(windows) - windows.count(None)}
+    return {kind: {"layers": layers[kind], "peak_bytes": max(c.peak_kind_bytes.get(kind, 0) for c in caches),
+                   "full_cache_bytes": full[kind]} for kind in ("global", "sliding")}
 
 
 def available_memory(device: torch.device) -> int:
@@ -78,12 +100,14 @@ def plan_memory(model, cache_entries: int, chunk_tokens: int, head_hidden: int =
     of cache.py), and for one chunk: hidden states and residuals (4 · hidden), the MLP (3 · intermediate), q/k/v
     before and after RoPE, the retaining heads' inputs and hidden layer (`head_hidden`), keys and values expanded to
     every query head, and one block of 64 queries' float32 attention over the cache (what H2O and SnapKV score
-    with). Attention weights for the whole chunk are not counted: torch's fused SDPA kernels never build them."""
+    with). Attention weights for the whole chunk are not counted: torch's fused SDPA kernels never build them. A
+    sliding layer is counted at its window and one chunk (a question longer than a chunk is not planned for)."""
     shape = ModelShape.from_config(model.config)
     config = model.config.get_text_config(decoder=True)
     element = torch.empty(0, dtype=compute_dtype(model)).element_size()
     per_entry = (3 if keys_move else 2) * entry_bytes(shape.head_dim, element, kv_bits) + 12
-    cache = shape.layers * shape.kv_heads * cache_entries * per_entry
+    held = [cache_entries if w is None else min(cache_entries, w - 1 + chunk_tokens) for w in layer_windows(config)]
+    cache = shape.kv_heads * sum(held) * per_entry
     intermediate = getattr(config, "intermediate_size", None) or 4 * shape.hidden_size
     per_token = (4 * shape.hidden_size + 3 * intermediate + 2 * shape.qkv_width) * element
     per_token += (shape.qkv_width + head_hidden) * 4

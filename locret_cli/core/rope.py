@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import torch
 
+from locret_cli.core.shape import FULL, SLIDING
 from locret_cli.errors import LocretError
 
-SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "phi3")
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma3_text")
 SUPPORTED_ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn", "longrope")
 LENGTH_DEPENDENT_ROPE_TYPES = ("dynamic", "longrope")  # their frequencies change with the positions a forward sees
 
@@ -28,33 +29,44 @@ def check_supported(config) -> None:
             f"model type {config.model_type!r} is not supported; locret handles {', '.join(SUPPORTED_MODEL_TYPES)}"
         )
     rope = getattr(config, "rope_parameters", None) or {}
-    rope_type = rope.get("rope_type", "default")
-    if rope_type not in SUPPORTED_ROPE_TYPES:
-        raise LocretError(f"RoPE type {rope_type!r} is not supported; locret handles {', '.join(SUPPORTED_ROPE_TYPES)}")
+    per_kind = FULL in rope or SLIDING in rope  # Gemma 3: one set of parameters per kind of layer
+    for params in rope.values() if per_kind else [rope]:
+        rope_type = params.get("rope_type", "default")
+        if rope_type not in SUPPORTED_ROPE_TYPES or (per_kind and rope_type in LENGTH_DEPENDENT_ROPE_TYPES):
+            raise LocretError(f"RoPE type {rope_type!r} is not supported here; locret handles "
+                              f"{', '.join(SUPPORTED_ROPE_TYPES)}, and no length-dependent one per kind of layer")
 
 
 def rotary_module(model) -> torch.nn.Module:
-    """The model's shared rotary-embedding module (`model.model.rotary_emb` for the supported families)."""
+    """The model's shared rotary-embedding module (`model.model.rotary_emb` for the supported families; Gemma 3's
+    holds one set of frequencies per kind of layer)."""
     for module in model.modules():
-        if hasattr(module, "inv_freq") and type(module).__name__.endswith("RotaryEmbedding"):
+        frequencies = hasattr(module, "inv_freq") or hasattr(module, f"{FULL}_inv_freq")
+        if frequencies and type(module).__name__.endswith("RotaryEmbedding"):
             return module
     raise LocretError(f"{type(model).__name__} has no rotary embedding module")
 
 
 def changes_with_length(rotary: torch.nn.Module) -> bool:
     """Whether `rotary` picks its frequencies from the positions of each forward (dynamic NTK, longrope)."""
-    return getattr(rotary, "rope_type", "default") in LENGTH_DEPENDENT_ROPE_TYPES
+    rope_type = getattr(rotary, "rope_type", "default")  # a dict of them per kind of layer (Gemma 3): none is
+    return isinstance(rope_type, str) and rope_type in LENGTH_DEPENDENT_ROPE_TYPES
 
 
 @torch.no_grad()
-def frequencies_for(rotary: torch.nn.Module, position_ids: torch.Tensor) -> torch.Tensor:
-    """The inverse frequencies (rotary_dim / 2,) float32 the model will use for a forward at `position_ids`.
+def frequencies_for(rotary: torch.nn.Module, position_ids: torch.Tensor, kind: str = FULL) -> torch.Tensor:
+    """The inverse frequencies (rotary_dim / 2,) float32 the model will use for a forward at `position_ids`, in its
+    layers of `kind` (FULL or SLIDING: a rotary module with one set per kind, as Gemma 3's, is asked for that kind's).
 
     Running the rotary module once lets dynamic schemes (longrope, dynamic NTK) pick their set, exactly as the
     model's own forward will a moment later.
     """
-    rotary(torch.empty(0, dtype=torch.float32, device=position_ids.device), position_ids.view(1, -1))
-    return rotary.inv_freq.detach().float().clone()
+    empty = torch.empty(0, dtype=torch.float32, device=position_ids.device)
+    if hasattr(rotary, "inv_freq"):
+        rotary(empty, position_ids.view(1, -1))
+        return rotary.inv_freq.detach().float().clone()
+    rotary(empty, position_ids.view(1, -1), kind)
+    return getattr(rotary, f"{kind}_inv_freq").detach().float().clone()
 
 
 def position_cos_sin(positions: torch.Tensor, freq: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

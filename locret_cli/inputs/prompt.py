@@ -120,6 +120,19 @@ def stop_token_ids(model, tokenizer) -> set[int]:
     return ids
 
 
+LINE_BREAK_FORMS = ("\n", "Ċ", "<0x0A>")  # a line break in a vocabulary: as text, byte-level BPE, byte fallback
+
+
+def line_end_ids(tokenizer) -> frozenset[int]:
+    """For a model with no chat template (a base model, asked by completion), the tokens holding a line break: its
+    answer is the line after "Answer:", and what follows is the model going on with more document. Empty for a chat
+    model, whose answer ends with its end-of-turn token."""
+    if getattr(tokenizer, "chat_template", None) or not hasattr(tokenizer, "get_vocab"):
+        return frozenset()
+    candidates = [i for token, i in tokenizer.get_vocab().items() if any(f in token for f in LINE_BREAK_FORMS)]
+    return frozenset(i for i in candidates if "\n" in tokenizer.decode([i]))
+
+
 def _render(tokenizer, messages: list[dict], add_generation_prompt: bool) -> str:
     try:
         return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)

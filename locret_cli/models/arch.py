@@ -7,7 +7,7 @@ throughput and memory can be measured for the shapes that matter without downloa
 from __future__ import annotations
 
 import torch
-from transformers import AutoModelForCausalLM, GenerationConfig, LlamaConfig, Phi3Config, Qwen2Config
+from transformers import AutoModelForCausalLM, Gemma3TextConfig, GenerationConfig, LlamaConfig, Phi3Config, Qwen2Config
 
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.errors import LocretError
@@ -51,7 +51,32 @@ PRESETS = {
         tie_word_embeddings=False, rms_norm_eps=1e-5, sliding_window=None, pad_token_id=None, bos_token_id=None,
         eos_token_id=None,
     ),
+    # google/gemma-3-{1b,4b,12b}-it's text models: five sliding layers to each global one; "-global" is the same
+    # shape with every layer global, to measure what the sliding layers save
+    **{f"gemma3-{size}{variant}": (lambda size=size, variant=variant: _gemma3(*GEMMA3_SHAPES[size],
+                                                                               global_only=bool(variant)))
+       for size in ("1b", "4b", "12b") for variant in ("", "-global")},
 }
+
+# hidden, intermediate, layers, heads, KV heads, vocabulary, sliding window, positions, global RoPE scaling
+GEMMA3_SHAPES = {
+    "1b": (1152, 6912, 26, 4, 1, 262144, 512, 32768, None),
+    "4b": (2560, 10240, 34, 8, 4, 262208, 1024, 131072, 8.0),
+    "12b": (3840, 15360, 48, 16, 8, 262208, 1024, 131072, 8.0),
+}
+
+
+def _gemma3(hidden, intermediate, layers, heads, kv_heads, vocab, window, positions, scaling, global_only=False):
+    rope = {"rope_type": "linear", "rope_theta": 1000000.0, "factor": scaling} if scaling else \
+        {"rope_type": "default", "rope_theta": 1000000.0}
+    kinds = ["full_attention" if global_only or (i + 1) % 6 == 0 else "sliding_attention" for i in range(layers)]
+    return Gemma3TextConfig(
+        hidden_size=hidden, intermediate_size=intermediate, num_hidden_layers=layers, num_attention_heads=heads,
+        num_key_value_heads=kv_heads, head_dim=256, query_pre_attn_scalar=256, vocab_size=vocab,
+        sliding_window=window, layer_types=kinds, max_position_embeddings=positions,
+        rope_parameters={"full_attention": rope, "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
+        tie_word_embeddings=True, rms_norm_eps=1e-6,
+    )
 
 
 def _llama3_rope(factor: float) -> dict:

@@ -22,7 +22,7 @@ from locret_cli.errors import LocretError
 
 INSTALL_HINT = "pip install 'locret-cli[gguf]'"
 # GGUF `general.architecture` values of the families locret supports (README: Llama, Mistral, Qwen2/3, Phi-3)
-SUPPORTED = ("llama", "mistral", "qwen2", "qwen3", "phi3")
+SUPPORTED = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma3")
 
 
 def is_gguf(name: str) -> bool:

@@ -17,7 +17,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from locret_cli.core.heads import RetainingHeads, compute_dtype
+from locret_cli.core.heads import RetainingHeads, activation_of, compute_dtype
 from locret_cli.core.identity import SAME_MODEL, same_model
 from locret_cli.core.shape import ModelShape
 from locret_cli.errors import LocretError
@@ -60,7 +60,7 @@ def load_heads(path: str | Path, model, dtype: torch.dtype | None = None) -> Ret
     if path.is_dir() and (path / HEADS_CONFIG).exists():
         heads = _load_ours(path, shape, model)
     else:
-        heads = _load_official(path, shape, config.hidden_act)
+        heads = _load_official(path, shape, activation_of(config))
     return heads.to(device=model.device, dtype=dtype or compute_dtype(model)).eval()
 
 

@@ -84,7 +84,7 @@ def load_model(
     (a size, such as 2GiB): the weights held in memory, the rest read from disk as they run (`runtime/offload.py`)."""
     from transformers import AutoModelForCausalLM
 
-    from locret_cli.models import gguf, named
+    from locret_cli.models import gguf, gguf_cache, named
     from locret_cli.runtime import offload
 
     if load_4bit and load_8bit:
@@ -107,7 +107,7 @@ def load_model(
                 "{load_4bit} applies to Hub and safetensors checkpoints; a GGUF file is already quantized"
             )
         try:
-            model, tokenizer = gguf.load(Path(source), torch_dtype, trust_remote_code)
+            model, tokenizer = gguf_cache.load(Path(source), torch_dtype, trust_remote_code)
         except (OSError, ValueError) as exc:
             raise LocretError(_explain_load_failure(source, exc)) from None
         return _checked(model.to(torch_device), tokenizer, name, choice.reason, load_8bit)
