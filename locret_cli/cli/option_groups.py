@@ -49,6 +49,10 @@ MaxMemory = Annotated[Optional[str], typer.Option(
     "--max-memory", help="Hold at most this much of the model's weights in memory (such as 2GiB); the rest stays on "
                          "disk in its safetensors file and is read layer by layer as it runs. CPU only; for a .gguf "
                          "file, `locret convert` it first.", rich_help_panel=MODEL_PANEL)]
+# the training commands' (`train`, `train-reader`): what a run in --out does with the run already there
+SaveEvery = Annotated[int, typer.Option(help="Checkpoint every N steps.")]
+Resume = Annotated[bool, typer.Option("--resume", help="Continue from the newest checkpoint in --out.")]
+Overwrite = Annotated[bool, typer.Option("--overwrite", help="Replace what a finished run left in --out.")]
 TrustRemoteCode = Annotated[bool, typer.Option("--trust-remote-code", help="Run the model repo's own code. Off unless "
                                                "asked.", rich_help_panel=MODEL_PANEL)]
 

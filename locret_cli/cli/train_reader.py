@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from locret_cli.cli.app import app, domain_errors
-from locret_cli.cli.option_groups import MODEL, option_groups
+from locret_cli.cli.option_groups import MODEL, Overwrite, Resume, SaveEvery, option_groups
 from locret_cli.core.settings import DEFAULT_POLICY
 from locret_cli.errors import SettingError
 from locret_cli.models.library_logs import quiet_libraries
@@ -33,10 +33,10 @@ def train_reader(
     kept_min: Annotated[float, typer.Option(help="Smallest share of a document its read keeps.")] = 0.03,
     kept_max: Annotated[float, typer.Option(help="Largest share of a document its read keeps.")] = 0.25,
     uncut_share: Annotated[float, typer.Option(help="Share of documents read whole, with nothing evicted.")] = 0.1,
-    save_every: Annotated[int, typer.Option(help="Checkpoint every N steps.")] = 100,
+    save_every: SaveEvery = 100,
     seed: Annotated[int, typer.Option(help="Seed for the reader's start, budgets and question order.")] = 0,
-    resume: Annotated[bool, typer.Option("--resume", help="Continue from the checkpoint in --out.")] = False,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace a reader already in --out.")] = False,
+    resume: Resume = False,
+    overwrite: Overwrite = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as one JSON document on stdout.")] = False,
     *,
     spec: ModelSpec,

@@ -68,6 +68,9 @@ class LocretCache(Cache):
     def __init__(self, num_layers: int, reserved: int = 0, step: int = 256, kv_bits: int = 16,
                  windows: list[int | None] | None = None, budget: int = 0):
         windows = windows or [None] * num_layers
+        # fixed for the cache's life (forks copy them): the layers that slide, and the one whose length is `length()`
+        self.sliding = [i for i, w in enumerate(windows) if w is not None]
+        self.counted = next((i for i, w in enumerate(windows) if w is None), 0)
         super().__init__(layers=[ScoredLayer(self, w, reserved if w is None or not reserved else
                                              w - 1 + max(0, reserved - budget)) for w in windows])
         self.kv_bits = kv_bits  # 16: keys and values as the model makes them; 8 or 4: quantized (`kv_quant.py`)
@@ -125,7 +128,7 @@ class LocretCache(Cache):
 
     def length(self) -> int:
         """Entries per head (the same in every global layer and head; sliding layers hold at most their window)."""
-        return next((layer for layer in self.layers if not layer.is_sliding), self.layers[0]).length
+        return self.layers[self.counted].length
 
     def nbytes(self, sliding: bool | None = None) -> int:
         """Bytes held by every layer, or only by the sliding (True) or the global (False) ones."""
@@ -135,7 +138,7 @@ class LocretCache(Cache):
         """Record the current size; called after every forward pass, when the cache is at its largest."""
         self.peak_tokens = max(self.peak_tokens, self.length())
         self.peak_bytes = max(self.peak_bytes, self.nbytes())
-        for kind, sliding in (("global", False), ("sliding", True)):
+        for kind, sliding in (("global", False), ("sliding", True)) if self.sliding else ():
             self.peak_kind_bytes[kind] = max(self.peak_kind_bytes.get(kind, 0), self.nbytes(sliding))
 
     def forget_last(self, count: int) -> None:
@@ -147,9 +150,9 @@ class LocretCache(Cache):
         """Sliding layers keep only their last window - 1 entries, once they hold more than that plus `slack`. With
         `renumber` (compact positions, after an eviction), the kept entries move to the positions just before
         `length()`, where the next token goes."""
-        sliding = [layer for layer in self.layers if layer.is_sliding]
-        if not sliding:
+        if not self.sliding:
             return
+        sliding = [self.layers[i] for i in self.sliding]
         end = self.length() if len(sliding) < len(self.layers) else min(sliding[0].length, sliding[0].window - 1)
         for layer in sliding:
             kept = min(layer.length, layer.window - 1)

@@ -253,7 +253,7 @@ class Engine:
             return
         with mark(FREQUENCIES):
             frequencies = frequencies_for(self.rotary, positions)
-            if any(layer.is_sliding for layer in self.cache.layers) and self.cache.window_frequencies is None:
+            if self.cache.sliding and self.cache.window_frequencies is None:
                 self.cache.window_frequencies = frequencies_for(self.rotary, positions, SLIDING)
         if self.cache.frequencies is None or self.cache.length() == 0:
             self.cache.frequencies = frequencies

@@ -10,16 +10,16 @@ from pathlib import Path
 from locret_cli.core.identity import weights_identity
 from locret_cli.models.heads_files import save_heads
 from locret_cli.models.loading import LoadedModel
+from locret_cli.models.reader_files import READER_CONFIG
 from locret_cli.training.data import load_records, tokenize
 from locret_cli.training.reader_trainer import (
     ReaderConfig,
     ReaderStep,
     ReaderSummary,
     ReaderTrainer,
-    check_reader_output,
     load_reader_records,
 )
-from locret_cli.training.trainer import HeadTrainer, StepReport, TrainConfig, TrainSummary, check_heads_output
+from locret_cli.training.trainer import HeadTrainer, StepReport, TrainConfig, TrainSummary, check_output
 
 __all__ = ["ReaderConfig", "ReaderStep", "ReaderSummary", "StepReport", "TrainConfig", "TrainSummary", "train_heads",
            "train_reader"]
@@ -45,7 +45,7 @@ def train_heads(
 ) -> TrainSummary:
     """Train heads for `loaded.model` on `data` and save them in `out` (heads.safetensors + heads.json)."""
     out = Path(out)
-    check_heads_output(out, resume, overwrite)
+    check_output(out, resume, overwrite)
     model = loaded.model.requires_grad_(False).eval()
     examples = tokenize(load_records(data, warn), loaded.tokenizer, model, max_len)
     trainer = HeadTrainer(model, examples, out, config)
@@ -73,7 +73,7 @@ def train_reader(
     """Train a reader for `session`'s model and heads on `data` (`load_reader_records`) and save it in `out`
     (reader.safetensors + reader.json). Documents already read into `out` are not read again."""
     out = Path(out)
-    check_reader_output(out, resume, overwrite)
+    check_output(out, resume, overwrite, READER_CONFIG, "a trained reader")
     trainer = ReaderTrainer(session, load_reader_records(data), out, config)
     if resume and not trainer.resume():
         warn(f"no checkpoint in {out}; starting from step 0")

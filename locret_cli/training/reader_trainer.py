@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from locret_cli.core.measure import peak_memory, reset_peak
 from locret_cli.core.reader import ReaderAdapter, reading_with
-from locret_cli.errors import LocretError, SettingError
+from locret_cli.errors import LocretError
 from locret_cli.inputs.documents import text_document
 from locret_cli.inputs.prompt import conversation_ids, end_of_turn_id
 from locret_cli.inputs.tokenizer import encode_text
@@ -226,10 +226,3 @@ class ReaderTrainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.step, self.losses = state["step"], list(state["losses"])
         return True
-
-
-def check_reader_output(out: Path, resume: bool, overwrite: bool) -> None:
-    """Never replace a reader the user already has unless asked."""
-    if (out / READER_CONFIG).exists() and not (resume or overwrite):
-        raise SettingError("{out} already holds a trained reader; pass {overwrite} to replace it or {resume}",
-                           out=out)

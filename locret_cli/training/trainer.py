@@ -258,7 +258,9 @@ class HeadTrainer:
         return True
 
 
-def check_heads_output(out: Path, resume: bool, overwrite: bool) -> None:
-    """Never replace heads the user already has unless asked."""
-    if (out / HEADS_CONFIG).exists() and not (resume or overwrite):
-        raise SettingError("{out} already holds trained heads; pass {overwrite} to replace them or {resume}", out=out)
+def check_output(out: Path, resume: bool, overwrite: bool, marker: str = HEADS_CONFIG,
+                 what: str = "trained heads") -> None:
+    """Never replace what a finished run left in `out` (its `marker` file: heads, or a reader) unless asked."""
+    if (out / marker).exists() and not (resume or overwrite):
+        raise SettingError("{out} already holds " + what + "; pass {overwrite} to replace that run, or {resume}",
+                           out=out)
