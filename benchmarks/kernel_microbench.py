@@ -4,8 +4,9 @@
                                                        # (locret packs only one-row products: decoding)
     python benchmarks/kernel_microbench.py chain     # all linears of one SmolLM2-shaped decode step, 1 and 2 threads
     python benchmarks/kernel_microbench.py sdpa      # one layer's chunk attention, with and without its mask
-    python benchmarks/kernel_microbench.py one-query # a decode step's attention: bf16 SDPA, cast to fp32, or two
-                                                       # bf16 products around an fp32 softmax
+    python benchmarks/kernel_microbench.py one-query # a decode step's attention: bf16 SDPA, cast to fp32, two bf16
+                                                       # products around an fp32 softmax, or bf16 flash attention with
+                                                       # the heads that share a KV head stacked as queries
     python benchmarks/kernel_microbench.py rates     # this CPU's matmul rates: bf16, fp32, packed bf16, int8;
                                                        # square and prefill-chunk shapes, 1 and 2 threads
 
@@ -103,7 +104,7 @@ def sdpa() -> None:
 
 def one_query() -> None:
     """A decode step's attention, one query of 9 heads over 3 KV heads: one layer's cache over and over (warm), and
-    30 layers' distinct caches in turn (as a step reads them), three ways."""
+    30 layers' distinct caches in turn (as a step reads them), four ways."""
     def products(q, k, v):
         scores = torch.matmul(q.reshape(1, 3, 3, 64), k.transpose(-1, -2)).float() * 0.125
         return torch.matmul(scores.softmax(dim=-1).to(q.dtype), v)
@@ -111,7 +112,9 @@ def one_query() -> None:
     ways = {"bf16 SDPA": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True),
             "cast to fp32, SDPA": lambda q, k, v: F.scaled_dot_product_attention(
                 q.float(), k.float(), v.float(), enable_gqa=True).to(q.dtype),
-            "bf16 products, fp32 softmax": products}
+            "bf16 products, fp32 softmax": products,
+            "bf16 flash, stacked": lambda q, k, v: torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+                q.reshape(1, 3, 3, 64), k, v, 0.0, False)[0]}
     print("| entries | layers | " + " | ".join(ways) + " |")
     print("|---:|---:|" + "---:|" * len(ways))
     for entries in (1024, 4096, 5200):

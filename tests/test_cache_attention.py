@@ -40,14 +40,15 @@ def test_it_is_the_masked_attention(length, kept, kv_heads):
     assert torch.allclose(cache_attention(query, key, value, 64 ** -0.5), masked(query, key, value), atol=1e-5)
 
 
-def test_one_bf16_query_attends_in_fp32():
+def test_one_bf16_query_is_one_flash_call_over_every_entry():
     torch.manual_seed(0)
     query, key, value = (torch.randn(1, h, n, 64) for h, n in ((9, 1), (3, 300), (3, 300)))
     exact = F.scaled_dot_product_attention(query, key, value, enable_gqa=True)
     out = cache_attention(query.bfloat16(), key.bfloat16(), value.bfloat16(), 64 ** -0.5)
-    assert out.dtype == torch.bfloat16
-    upcast = F.scaled_dot_product_attention(*(t.bfloat16().float() for t in (query, key, value)), enable_gqa=True)
-    assert torch.equal(out, upcast.bfloat16())
+    assert out.dtype == torch.bfloat16 and out.shape == (1, 9, 1, 64)
+    stacked, _ = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        query.bfloat16().reshape(1, 3, 3, 64), key.bfloat16(), value.bfloat16(), 0.0, False, scale=64 ** -0.5)
+    assert torch.equal(out, stacked.reshape(1, 9, 1, 64))
     assert (out.float() - exact).abs().max() < 0.02
 
 

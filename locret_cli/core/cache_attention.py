@@ -10,8 +10,9 @@ masked half of the chunk's own block. Here, instead:
     own:   query (B, heads, T, D) against the chunk's own T entries (repeated per head: T entries, not n), causal;
   each output is weighted by the share of the softmax mass its keys hold, exp(lse_part - lse_all), the log-sum-exps
   that `aten::_scaled_dot_product_flash_attention_for_cpu` returns.
-- One query (a decode step) in bf16 attends in fp32. On a CPU without AMX, bf16 SDPA of one query runs several
-  times slower than fp32 (docs/cpus.md), and fp32 is nearer the exact value.
+- One query (a decode step) is the past case with every entry visible: its heads stacked per KV head, one flash
+  call in the model's dtype. SDPA of one query in bf16 runs several times slower, and casting the cache to fp32
+  copies every entry at every step (`benchmarks/kernel_microbench.py one-query`, docs/cpus.md).
 
 The result is the masked attention up to rounding (tests/test_cache_attention.py). `use_cache_attention` selects this
 implementation for one forward of a model that `applies_to` (the CPU, no sliding window), which the engine checks
@@ -43,12 +44,11 @@ def cache_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     batch, heads, length, dim = query.shape
     kv_heads, entries = key.shape[1], key.shape[2]
     past, group = entries - length, heads // kv_heads
-    if length == 1:
-        upcast = [t.float() for t in (query, key, value)]
-        return F.scaled_dot_product_attention(*upcast, scale=scale, enable_gqa=group > 1).to(query.dtype)
     if past == 0:
         return F.scaled_dot_product_attention(query, key, value, is_causal=True, scale=scale, enable_gqa=group > 1)
     stacked = query.reshape(batch, kv_heads, group * length, dim)
+    if length == 1:  # a decode step: every entry is visible, the query's own included
+        return _flash(stacked, key, value, False, scale)[0].reshape(batch, heads, 1, dim)
     past_out, past_lse = _flash(stacked, key[:, :, :past], value[:, :, :past], False, scale)
     own_keys, own_values = (t[:, :, past:].repeat_interleave(group, dim=1) for t in (key, value))
     own_out, own_lse = _flash(query, own_keys, own_values, True, scale)

@@ -18,6 +18,7 @@ from locret_cli.core.cache import LocretCache, cache_kwargs
 from locret_cli.core.cache_attention import applies_to, use_cache_attention
 from locret_cli.core.capture import capture_qkv
 from locret_cli.core.citations import AttentionTally
+from locret_cli.core.decode_step import DecodeStep
 from locret_cli.core.lazy_prefill import check_lazy, flowing_tokens, lazy_layers
 from locret_cli.core.policies import Policy, select
 from locret_cli.core.probe import observe_attention
@@ -102,6 +103,7 @@ class Engine:
         self.rotary = rotary_module(model)
         self.dynamic_frequencies = changes_with_length(self.rotary)
         self.mask_free = applies_to(model)  # attention over the cache without a mask (`cache_attention.py`)
+        self.step = DecodeStep(model) if DecodeStep.fits(model) else None  # one token's forward, our own glue
         room = settings.budget + settings.chunk_size + QUESTION_ALLOWANCE + answering.max_new_tokens
         room = room if policy.evicts else 0
         self.cache = LocretCache(layers, reserved=room, step=settings.chunk_size, kv_bits=settings.kv_bits,
@@ -218,16 +220,15 @@ class Engine:
                 if self.settings.lazy_after:
                     scoring.enter_context(lazy_layers(self.model, self.cache, self.settings.lazy_after,
                                                       lambda: self._flowing(len(ids))))
-            out = self.model(
-                input_ids=torch.tensor([ids], device=self.device),
-                position_ids=positions.unsqueeze(0),
-                **cache_kwargs(self.model, self.cache),
-                use_cache=True,
-                logits_to_keep=last,
-            )
+            input_ids = torch.tensor([ids], device=self.device)
+            if self.step is not None and len(ids) == 1 and not score:
+                logits = self.step(input_ids, positions.unsqueeze(0), self.cache)
+            else:
+                logits = self.model(input_ids=input_ids, position_ids=positions.unsqueeze(0), use_cache=True,
+                                    **cache_kwargs(self.model, self.cache), logits_to_keep=last).logits
         self.seen += len(ids)
         self.cache.note_peak()
-        return out.logits[0].float()
+        return logits[0].float()
 
     def _scorer(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """The capture callback: the policy scores a layer's new entries (their token indices are the origins staged

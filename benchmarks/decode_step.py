@@ -1,0 +1,64 @@
+"""Decode speed with locret's own decode step (`core/decode_step.py`) against transformers' forward, side by side in
+one process: the same read, forked, answered in turn by each, several rounds.
+
+    python benchmarks/decode_step.py --budget 1024 --budget 4096            # SmolLM2-135M shape, bf16
+    python benchmarks/decode_step.py --budget 1024 --budget 4096 --load-8bit
+
+Random weights, so the answer means nothing; the tokens of the two must be the same, and the script says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+
+import torch
+
+from locret_cli.runtime.dtype_probe import cpu_name
+from locret_cli.core.engine import Engine
+from locret_cli.core.policies import make_policy
+from locret_cli.core.settings import AnswerSettings, ReadSettings
+from locret_cli.models.arch import random_session_parts
+
+
+def rates(preset: str, budget: int, load_8bit: bool, steps: int, rounds: int) -> tuple[list[float], list[float], bool]:
+    """(own step tok/s, transformers tok/s, same tokens) after reading 2 × budget + 1,024 random tokens."""
+    loaded, heads = random_session_parts(preset, load_8bit=load_8bit)
+    model = loaded.model
+    engine = Engine(model, make_policy("locret", model, heads), ReadSettings(budget=budget, chunk_size=1024,
+                                                                            stabilizers=64),
+                    stop_ids=set(), answering=AnswerSettings(max_new_tokens=steps + 1))
+    tokens = 2 * budget + 1024
+    ids = torch.randint(0, model.config.vocab_size, (tokens,), generator=torch.Generator().manual_seed(0)).tolist()
+    for start in range(0, tokens, 1024):
+        engine.prefill_chunk(ids[start:start + 1024])
+    own, theirs, answers = [], [], {}
+    for _ in range(rounds + 1):  # the first round warms both up and is left out
+        for name, measured in (("own", own), ("transformers", theirs)):
+            fork = engine.fork()
+            fork.step = engine.step if name == "own" else None
+            answer = fork.answer([5, 6, 7])
+            measured.append(answer.decode_steps / answer.decode_s)
+            answers[name] = answer.token_ids
+    return own[1:], theirs[1:], answers["own"] == answers["transformers"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", default="smollm2-135m")
+    parser.add_argument("--budget", type=int, action="append", help="repeat for more rows (default: 1024)")
+    parser.add_argument("--load-8bit", action="store_true")
+    parser.add_argument("--steps", type=int, default=48)
+    parser.add_argument("--rounds", type=int, default=4)
+    args = parser.parse_args()
+    print(f"{args.preset}, {'int8' if args.load_8bit else 'bf16/auto'} linears, {cpu_name()}, "
+          f"{torch.get_num_threads()} threads; median of {args.rounds} rounds, tok/s")
+    print("| budget | own step | transformers | ratio | same tokens |\n|---:|---:|---:|---:|---|")
+    for budget in args.budget or [1024]:
+        own, theirs, same = rates(args.preset, budget, args.load_8bit, args.steps, args.rounds)
+        mine, reference = statistics.median(own), statistics.median(theirs)
+        print(f"| {budget:,} | {mine:.1f} | {reference:.1f} | {mine / reference:.2f}× | {'yes' if same else 'NO'} |")
+
+
+if __name__ == "__main__":
+    main()
