@@ -16,7 +16,7 @@ from locret_cli.bench.flops import FlopCounter, counting
 from locret_cli.bench.runner import ROW_FIELDS, row_variant
 from locret_cli.bench.tasks import Question, contains_match, data_samples, exact_match, generated_samples, needle_depths
 from locret_cli.cli import app
-from locret_cli.core.cache import cache_kwargs
+from locret_cli.core.transformers_internals import cache_kwargs
 from locret_cli.errors import LocretError, SettingError
 from locret_cli.inputs.tokenizer import TiktokenTokenizer
 

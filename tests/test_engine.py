@@ -10,7 +10,7 @@ from conftest import VOCAB, tiny_model
 from transformers import DynamicCache
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
-from locret_cli.core.cache import cache_kwargs
+from locret_cli.core.transformers_internals import cache_kwargs
 from locret_cli.core.engine import Engine
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.core.policies import Policy, make_policy

@@ -17,7 +17,7 @@ from locret_cli.api import load_session
 from locret_cli.api.saved_context import save_reading
 from locret_cli.bench.synthetic import filler_sentence
 from locret_cli.cli import app
-from locret_cli.core.cache import cache_kwargs
+from locret_cli.core.transformers_internals import cache_kwargs
 from locret_cli.core.engine import Engine
 from locret_cli.core.lazy_prefill import flowing_tokens
 from locret_cli.core.policies import make_policy

@@ -20,6 +20,7 @@ from contextlib import contextmanager
 
 import torch
 
+from locret_cli.core.decode_step import counting_steps
 from locret_cli.core.shape import ModelShape
 
 
@@ -57,7 +58,8 @@ def counting(model, counter: FlopCounter):
 
     handle = model.register_forward_pre_hook(before_forward, with_kwargs=True)
     try:
-        yield counter
+        with counting_steps(lambda cached: counter.add(1, cached)):  # locret's own decode step, past the hook
+            yield counter
     finally:
         handle.remove()
 

@@ -34,30 +34,16 @@ to the last cache that appended to it; a cache whose appended entries were overw
 from __future__ import annotations
 
 import copy
-import functools
-import inspect
 
 import torch
-from transformers.cache_utils import Cache
 
 from locret_cli.core.cache_layer import FIELDS, UNROTATED, ScoredLayer
 from locret_cli.core.kv_quant import encode
 from locret_cli.core.profile_marks import REROTATE, SELECT, mark
 from locret_cli.core.rope import AngleTable, rotate
+from locret_cli.core.transformers_internals import Cache
 
-__all__ = ["FIELDS", "UNROTATED", "LocretCache", "ScoredLayer", "cache_kwargs"]
-
-
-def cache_kwargs(module: torch.nn.Module, cache: Cache) -> dict[str, Cache]:
-    """The keyword argument that hands `cache` to `module`'s forward (a model or a decoder layer): `cache` where the
-    forward takes it (transformers 5.24 on), else `past_key_values`. 5.24 still accepts the old name, but warns
-    (FutureWarning) on stderr at the first forward of each process."""
-    return {_cache_keyword(type(module)): cache}
-
-
-@functools.cache
-def _cache_keyword(module_class: type) -> str:
-    return "cache" if "cache" in inspect.signature(module_class.forward).parameters else "past_key_values"
+__all__ = ["FIELDS", "UNROTATED", "LocretCache", "ScoredLayer"]
 
 
 class LocretCache(Cache):

@@ -25,10 +25,9 @@ from contextlib import nullcontext
 
 import torch
 import torch.nn.functional as F
-from transformers import AttentionInterface
 
-from locret_cli.core.probe import attention_implementation
 from locret_cli.core.shape import layer_windows
+from locret_cli.core.transformers_internals import attention_implementation, implementation_of, register_attention
 
 IMPLEMENTATION = "locret_cache"
 
@@ -65,7 +64,7 @@ def _attention(module, query, key, value, attention_mask, scaling=None, dropout=
     return cache_attention(query, key, value, scale).transpose(1, 2).contiguous(), None
 
 
-AttentionInterface.register(IMPLEMENTATION, _attention)
+register_attention(IMPLEMENTATION, _attention)
 
 
 def attends_fully(config) -> bool:
@@ -82,5 +81,5 @@ def use_cache_attention(model):
     """A context in which `model` (batch 1, attending over a LocretCache, `applies_to` it) attends with
     `cache_attention` in place of SDPA, unless an observer's implementation (`core/probe.py`) is in force; then a
     context that changes nothing."""
-    plain = model.config._attn_implementation == "sdpa"
+    plain = implementation_of(model) == "sdpa"
     return attention_implementation(model, IMPLEMENTATION) if plain else nullcontext()

@@ -6,12 +6,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import torch
-from transformers.cache_utils import CacheLayerMixin
 
 from locret_cli.core.cache_buffers import Buffers
 from locret_cli.core.kv_quant import decode, parts
 from locret_cli.core.profile_marks import CACHE_UPDATE, REROTATE, mark
 from locret_cli.core.rope import rotate
+from locret_cli.core.transformers_internals import CacheLayerMixin
 from locret_cli.errors import LocretError
 
 if TYPE_CHECKING:

@@ -10,17 +10,29 @@ same logits, bit for bit (tests/test_decode_step.py). Only the glue between the 
 
 from __future__ import annotations
 
-import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import torch
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-
 from locret_cli.core.cache import LocretCache
 from locret_cli.core.shape import layer_windows
+from locret_cli.core.transformers_internals import attention_in_force, decoder_functions
 
 # model types whose decoder layer is: norm, attention (q/k/v/o projections, RoPE, no q/k norm), residual, norm,
 # MLP, residual, with no sliding window
 FAMILIES = ("llama", "mistral", "qwen2")
+_counters: list[Callable[[int], None]] = []  # each hears the entries cached before every step (`counting_steps`)
+
+
+@contextmanager
+def counting_steps(counter: Callable[[int], None]) -> Iterator[None]:
+    """Within the block, `counter` hears each step's count of entries cached before it (a FLOP counter: the step
+    does not go through the model's forward, whose hooks count the rest)."""
+    _counters.append(counter)
+    try:
+        yield
+    finally:
+        _counters.remove(counter)
 
 
 class DecodeStep:
@@ -33,8 +45,7 @@ class DecodeStep:
         self.embed, self.rotary, self.norm, self.head = decoder.embed_tokens, decoder.rotary_emb, decoder.norm, \
             model.lm_head
         self.layers = list(decoder.layers[: config.num_hidden_layers])
-        modeling = sys.modules[type(self.layers[0].self_attn).__module__]
-        self.rotate, self.eager = modeling.apply_rotary_pos_emb, modeling.eager_attention_forward
+        self.rotate, self.eager = decoder_functions(self.layers[0].self_attn)
 
     @staticmethod
     def fits(model) -> bool:
@@ -45,9 +56,11 @@ class DecodeStep:
 
     def __call__(self, token_id: torch.Tensor, position: torch.Tensor, cache: LocretCache) -> torch.Tensor:
         """token_id and position (1, 1); the cache's next entries are already staged."""
+        for counter in _counters:
+            counter(cache.get_seq_length())
         hidden = self.embed(token_id)
         cos, sin = self.rotary(hidden, position_ids=position)
-        attend = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, self.eager)
+        attend = attention_in_force(self.config, self.eager)
         for layer, cached in zip(self.layers, cache.layers):
             attention = layer.self_attn
             shape = (1, 1, -1, attention.head_dim)

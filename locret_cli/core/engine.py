@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from locret_cli.core.cache import LocretCache, cache_kwargs
+from locret_cli.core.cache import LocretCache
 from locret_cli.core.cache_attention import applies_to, use_cache_attention
 from locret_cli.core.capture import capture_qkv
 from locret_cli.core.citations import AttentionTally
@@ -28,6 +28,7 @@ from locret_cli.core.rope import SLIDING, changes_with_length, frequencies_for, 
 from locret_cli.core.settings import AnswerSettings, ReadSettings
 from locret_cli.core.shape import layer_windows
 from locret_cli.core.sources import TokenChunk
+from locret_cli.core.transformers_internals import cache_kwargs
 from locret_cli.errors import SettingError
 
 QUESTION_ALLOWANCE = 256  # tokens a question is assumed to take when a document is read before it is asked

@@ -12,9 +12,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import torch
-from transformers import AttentionInterface
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+
+from locret_cli.core.transformers_internals import attention_implementation, register_attention, sdpa_attention_forward
 
 IMPLEMENTATION = "locret_probe"
 
@@ -29,20 +28,7 @@ def _attention(module, query, key, value, attention_mask, scaling=None, **kwargs
     return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
 
 
-AttentionInterface.register(IMPLEMENTATION, _attention)
-AttentionMaskInterface.register(IMPLEMENTATION, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
-
-
-@contextmanager
-def attention_implementation(model, name: str) -> Iterator[None]:
-    """Within the block, `model` attends with the registered implementation `name`; its own is restored on exit."""
-    config = model.config
-    previous = config._attn_implementation
-    config._attn_implementation = name
-    try:
-        yield
-    finally:
-        config._attn_implementation = previous
+register_attention(IMPLEMENTATION, _attention, masks_like="sdpa")
 
 
 @contextmanager

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import torch
 
-from locret_cli.api import load_session
+from locret_cli.api import Session, load_session
+from locret_cli.models.heads_files import load_heads
 from locret_cli.models.reader_files import READER_CONFIG, load_reader, save_reader
 from locret_cli.models.shipped import HEADS_ROOT
 from locret_cli.training import ReaderConfig, train_reader
@@ -38,6 +39,7 @@ def main() -> None:
     parser.add_argument("--documents", type=int, default=RECIPE["documents"])
     parser.add_argument("--steps", type=int, default=RECIPE["steps"])
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--heads", type=Path, help="read the documents with these heads (default: the shipped ones)")
     parser.add_argument("--no-install", action="store_true", help="train only; leave the package's reader alone")
     parser.add_argument("--install-only", action="store_true", help="install the reader already trained in --out")
     args = parser.parse_args()
@@ -48,6 +50,8 @@ def main() -> None:
         reader_data.write(paragraphs, data, args.documents, RECIPE["lengths"], args.seed)
         print(f"wrote {args.documents} documents from {len(paragraphs)} paragraphs to {data}", flush=True)
     session = load_session("smollm2", device="cpu", dtype="bf16", reader="off")
+    if args.heads:
+        session = Session(session.loaded, load_heads(args.heads, session.loaded.model), session.policy, None)
     config = ReaderConfig(steps=args.steps, rank=RECIPE["rank"], lr=RECIPE["lr"], seed=args.seed)
     if not args.install_only:
         train(session, data, args.out, config)
