@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import torch
+
 from locret_cli.core.cache import LocretCache
 from locret_cli.core.shape import layer_windows
 from locret_cli.core.transformers_internals import attention_in_force, decoder_functions
@@ -50,9 +51,7 @@ class DecodeStep:
     @staticmethod
     def fits(model) -> bool:
         """Whether the model is one whose decoder layers this step computes exactly as transformers does."""
-        config = model.config
-        return config.model_type in FAMILIES and not any(layer_windows(config)) and \
-            all(hasattr(model.model, part) for part in ("embed_tokens", "rotary_emb", "norm", "layers"))
+        return model.config.model_type in FAMILIES and not any(layer_windows(model.config))
 
     def __call__(self, token_id: torch.Tensor, position: torch.Tensor, cache: LocretCache) -> torch.Tensor:
         """token_id and position (1, 1); the cache's next entries are already staged."""
