@@ -13,7 +13,6 @@ import torch
 
 from locret_cli.bench.synthetic import Fact
 from locret_cli.core.policies import Policy
-from locret_cli.core.policies.locret import LocretPolicy
 from locret_cli.inputs.prompt import build_prompt
 from locret_cli.training.labels import compute_labels
 from recipes.embedded.qa_data import answer_text
@@ -39,20 +38,21 @@ class LabelOracle(Policy):
         return self.labels[layer_idx][:, token_index.cpu()].unsqueeze(0).to(q.device)
 
 
-class StatementKeeper(LocretPolicy):
-    """The retaining heads' scores, except that in `layers` every entry of a statement (`spans`, token indices
-    [first, last) of the read) outranks all else: what eviction would give if those layers' heads never dropped a
-    fact. Which layers the answer needs the statement in, and which it does not."""
+class StatementKeeper(Policy):
+    """`rest`'s scores (the retaining heads', say), except that in `layers` (all when None) every entry of a
+    statement (`spans`, token indices [first, last) of the read) outranks all else: what eviction would give if those
+    layers never dropped a fact. Which layers the answer needs the statement in, and which it does not."""
 
-    def __init__(self, heads, score_pool: int, spans: list[tuple[int, int]], layers: set[int]):
-        super().__init__(heads, score_pool)
-        self.spans, self.layers = spans, layers
+    name = "statement-kept"
+
+    def __init__(self, rest: Policy, spans: list[tuple[int, int]], layers: set[int] | None = None):
+        self.rest, self.spans, self.layers = rest, spans, layers
 
     def score(self, layer_idx, q, k, v, token_index):
-        scores = super().score(layer_idx, q, k, v, token_index)
-        if layer_idx in self.layers:
+        scores = self.rest.score(layer_idx, q, k, v, token_index).clone()
+        if self.layers is None or layer_idx in self.layers:
             for first, last in self.spans:
-                scores[..., (token_index >= first) & (token_index < last)] = FORCED
+                scores[..., ((token_index >= first) & (token_index < last)).to(scores.device)] = FORCED
         return scores
 
 

@@ -38,6 +38,7 @@ from benchmarks.embedded.diagnose import (
 from locret_cli.api import Session
 from locret_cli.inputs.documents import text_document
 from locret_cli.core.heads import RetainingHeads
+from locret_cli.core.policies.locret import LocretPolicy
 from locret_cli.core.settings import AnswerSettings, ReadSettings
 from locret_cli.inputs.documents import token_chunks
 from locret_cli.inputs.prompt import prompt_layout
@@ -105,7 +106,7 @@ def evaluate(loaded, heads, lengths: list[tuple[int, str | None]], policies: lis
                 if policy_name == "oracle":
                     policy = label_oracle(model, tokenizer, prefix, text, facts)
                 elif policy_name == "locret" and keep_statements:
-                    policy = StatementKeeper(heads, settings.score_pool, spans, keep_statements)
+                    policy = StatementKeeper(LocretPolicy(heads, settings.score_pool), spans, keep_statements)
                 reading = session.read(text_document(text), settings, force=True, policy=policy)
                 for fact, (first, last) in zip(facts, spans):
                     answer = reading.ask(fact.question, ANSWERING, sources=0).answer

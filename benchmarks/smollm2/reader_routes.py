@@ -21,6 +21,8 @@ as each document finishes; a rerun skips the configurations a document has rows 
     python -m benchmarks.smollm2.reader_routes --out runs/reader-routes.jsonl --report
 
 `--model gemma3-270m` measures Gemma 3 270M the same way (it has no reader: the configurations without one).
+`--oracle fact+heads` or `fact+recent` reads each dev document with a fact-kept oracle (`fact_oracles.py`), and rows
+name it as their policy; `--budget` and `--span` change the read's settings. Give each variant its own --out.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
 
+from benchmarks.smollm2.fact_oracles import ORACLES, fact_oracle
 from locret_cli.api import Session, load_session
 from locret_cli.bench.tasks import Question, kinds_samples
 from locret_cli.core.measure import peak_memory
@@ -45,20 +48,22 @@ CONFIGS = {  # name: (answer settings changed, with the reader)
     "fallback+reader": ({"fallback": "unspecific"}, True)}
 
 
-def dev_questions(length: int, count: int, packages: Path | None) -> list[tuple[object, list[Question]]]:
+def dev_questions(length: int, count: int, packages: Path | None) -> list[tuple[object, list[Question], list[str]]]:
+    """(document, its questions, its facts' sentences) for the first `count` dev documents of `length` tokens."""
     from benchmarks.smollm2.evaluate import dev_documents
 
     paragraphs = prose.paragraphs(prose.DEV_PACKAGES, packages)
-    return [(text_document(d.text, f"dev-{length}-{i}"), [Question(f.question, f.answer, kind=f.kind) for f in d.facts])
-            for i, d in enumerate(dev_documents(paragraphs, length)[:count])]
+    return [(text_document(d.text, f"dev-{length}-{i}"), [Question(f.question, f.answer, kind=f.kind) for f in d.facts],
+             [f.statement for f in d.facts]) for i, d in enumerate(dev_documents(paragraphs, length)[:count])]
 
 
-def kinds_questions(session: Session, length: int, count: int) -> list[tuple[object, list[Question]]]:
-    return [(s.document, s.questions) for s in kinds_samples(session.loaded.tokenizer, length, count)]
+def kinds_questions(session: Session, length: int, count: int) -> list[tuple[object, list[Question], list[str]]]:
+    return [(s.document, s.questions, []) for s in kinds_samples(session.loaded.tokenizer, length, count)]
 
 
 def run(session: Session, policy: str, sets: list[str], lengths: list[int], count: int, out: Path,
-        packages: Path | None, overrides: dict, chosen: list[str]) -> None:
+        packages: Path | None, overrides: dict, chosen: list[str], oracle: str | None = None) -> None:
+    label = oracle or policy
     done = {(r["set"], r["length"], r["policy"], r["document"], r["config"]) for r in read_rows(out)}
     reader = session.reader
     runner = Session(session.loaded, session.heads, policy, reader)
@@ -68,32 +73,34 @@ def run(session: Session, policy: str, sets: list[str], lengths: list[int], coun
     for name in sets:
         for length in lengths:
             docs = dev_questions(length, count, packages) if name == "dev" else kinds_questions(session, length, count)
-            for index, (document, questions) in enumerate(docs):
-                configs = {n: c for n, c in wanted.items() if (name, length, policy, index, n) not in done}
+            for index, (document, questions, statements) in enumerate(docs):
+                configs = {n: c for n, c in wanted.items() if (name, length, label, index, n) not in done}
                 if not configs:
                     continue
-                reading = runner.read(document, settings, force=True)
+                keeper = fact_oracle(oracle, runner, document, statements, settings.chunk_size) if oracle else None
+                reading = runner.read(document, settings, force=True, policy=keeper)
                 rows = []
                 for question in questions:
                     for config, (changed, with_reader) in configs.items():
                         reading.engine.reader = reader if with_reader else None
                         answering = replace(base, **changed)
                         result = reading.ask(question.question, answering, sources=0)
-                        rows.append({"set": name, "length": length, "policy": policy, "document": index,
+                        rows.append({"set": name, "length": length, "policy": label, "document": index,
                                      "config": config, "kind": question.kind, "question": question.question,
                                      "expected": [question.answer, *question.parts], "answer": result.answer,
                                      "correct": question.contained_in(result.answer), "route": result.route,
                                      "tokens": result.document.tokens, "read_s": reading.read_s,
                                      "time_to_first_token_s": result.time_to_first_token_s - reading.read_s,
                                      "peak_bytes": peak_memory(session.loaded.model.device)[0],
-                                     "settings": {"budget": settings.budget, "chunk_size": settings.chunk_size},
+                                     "settings": {"budget": settings.budget, "chunk_size": settings.chunk_size,
+                                                  "span": settings.span},
                                      "finished_at": time.time()})
                 with out.open("a") as log:
                     log.writelines(json.dumps(row) + "\n" for row in rows)
                 right = defaultdict(int)
                 for row in rows:
                     right[row["config"]] += row["correct"]
-                print(f"{name} {length} {policy} doc {index} ({reading.read_s:.0f} s read): " +
+                print(f"{name} {length} {label} doc {index} ({reading.read_s:.0f} s read): " +
                       ", ".join(f"{c} {right[c]}/{len(questions)}" for c in configs), flush=True)
 
 
@@ -129,9 +136,12 @@ def main() -> None:
     parser.add_argument("--lengths", default="32000")
     parser.add_argument("--documents", type=int, default=4)
     parser.add_argument("--policy", default="locret", help="locret, or full for the ceiling")
+    parser.add_argument("--oracle", choices=ORACLES, help="a fact-kept oracle (fact_oracles.py), dev set only; "
+                        "rows name it as their policy")
     parser.add_argument("--reader", help="a reader directory (default: the one shipped with the model)")
     parser.add_argument("--heads", help="other heads, read with the shipped heads' recorded settings")
     parser.add_argument("--budget", type=int)
+    parser.add_argument("--span", type=int, help="keep entries in blocks of this many tokens (--span)")
     parser.add_argument("--prose-packages", type=Path, default=Path("runs/prose-packages"))
     parser.add_argument("--configs", default=",".join(CONFIGS), help="the configurations to run")
     parser.add_argument("--report", action="store_true")
@@ -141,9 +151,11 @@ def main() -> None:
         if args.heads:
             session = Session(session.loaded, load_heads(args.heads, session.loaded.model), session.policy,
                               session.reader)
-        overrides = {"budget": args.budget} if args.budget else {}
-        run(session, args.policy, args.sets.split(","), [int(n) for n in args.lengths.split(",")], args.documents,
-            args.out, args.prose_packages, overrides, args.configs.split(","))
+        overrides = {name: value for name, value in (("budget", args.budget), ("span", args.span)) if value}
+        if args.oracle and args.sets != "dev":
+            parser.error("--oracle needs the facts' sentences: --sets dev")
+        run(session, args.policy, args.sets.split(","), [int(n) for n in args.lengths.split(",")],
+            args.documents, args.out, args.prose_packages, overrides, args.configs.split(","), args.oracle)
     print(report(read_rows(args.out)))
 
 

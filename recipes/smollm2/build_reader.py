@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
@@ -29,7 +29,12 @@ from recipes import prose
 from recipes.smollm2 import reader_data
 from recipes.smollm2.build_heads import NAME
 
-RECIPE = {"documents": 120, "lengths": (3000, 12000), "steps": 1200, "rank": 8, "lr": 1e-3}
+RECIPE = {"documents": 120, "lengths": (3000, 12000), "facts": (3, 6), "steps": 1200, "rank": 8, "lr": 1e-3}
+
+
+def pair(text: str) -> tuple[int, int]:
+    low, _, high = text.partition(",")
+    return int(low), int(high or low)
 
 
 def main() -> None:
@@ -37,9 +42,13 @@ def main() -> None:
     parser.add_argument("--prose-packages", type=Path, help="the `pip install --target` folder of the extra packages")
     parser.add_argument("--out", type=Path, default=Path("runs/smollm2-reader"))
     parser.add_argument("--documents", type=int, default=RECIPE["documents"])
+    parser.add_argument("--lengths", type=pair, default=RECIPE["lengths"], help="MIN,MAX tokens of a document")
+    parser.add_argument("--facts", type=pair, default=RECIPE["facts"], help="MIN,MAX facts in a document")
     parser.add_argument("--steps", type=int, default=RECIPE["steps"])
+    parser.add_argument("--rank", type=int, default=RECIPE["rank"])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--heads", type=Path, help="read the documents with these heads (default: the shipped ones)")
+    parser.add_argument("--span", type=int, help="read the documents keeping entries in blocks of this many tokens")
     parser.add_argument("--no-install", action="store_true", help="train only; leave the package's reader alone")
     parser.add_argument("--install-only", action="store_true", help="install the reader already trained in --out")
     args = parser.parse_args()
@@ -47,16 +56,20 @@ def main() -> None:
     data = args.out / "train.jsonl"
     if not data.exists():
         paragraphs = prose.paragraphs(prose.TRAIN_PACKAGES, args.prose_packages)
-        reader_data.write(paragraphs, data, args.documents, RECIPE["lengths"], args.seed)
+        reader_data.write(paragraphs, data, args.documents, args.lengths, args.seed, args.facts)
         print(f"wrote {args.documents} documents from {len(paragraphs)} paragraphs to {data}", flush=True)
     session = load_session("smollm2", device="cpu", dtype="bf16", reader="off")
     if args.heads:
         session = Session(session.loaded, load_heads(args.heads, session.loaded.model), session.policy, None)
-    config = ReaderConfig(steps=args.steps, rank=RECIPE["rank"], lr=RECIPE["lr"], seed=args.seed)
+    if args.span:
+        session = replace(session, loaded=replace(session.loaded, defaults={**session.loaded.defaults,
+                                                                            "span": args.span}))
+    config = ReaderConfig(steps=args.steps, rank=args.rank, lr=RECIPE["lr"], seed=args.seed)
     if not args.install_only:
         train(session, data, args.out, config)
     if not args.no_install:
-        install(args.out, session.loaded.model, config, args.documents)
+        data_meta = {"documents": args.documents, "lengths": args.lengths, "facts": args.facts, "span": args.span or 1}
+        install(args.out, session.loaded.model, config, data_meta)
 
 
 def train(session, data: Path, out: Path, config: ReaderConfig) -> None:
@@ -70,12 +83,11 @@ def train(session, data: Path, out: Path, config: ReaderConfig) -> None:
           f"loss {summary.final_loss:.4f}; peak RSS {summary.peak_bytes / 2**20:.0f} MiB", flush=True)
 
 
-def install(out: Path, model, config: ReaderConfig, documents: int) -> None:
+def install(out: Path, model, config: ReaderConfig, data: dict) -> None:
     """The reader trained in `out`, in bf16 (half the bytes; it computes in fp32), beside the shipped heads."""
     reader = load_reader(out, model)
     trained = json.loads((out / READER_CONFIG).read_text())
-    meta = {"model": NAME, "training": {**asdict(config), "documents": documents, "lengths": RECIPE["lengths"],
-                                        "final_loss": trained.get("final_loss")}}
+    meta = {"model": NAME, "training": {**asdict(config), **data, "final_loss": trained.get("final_loss")}}
     save_reader(reader, HEADS_ROOT / NAME, model, meta, dtype=torch.bfloat16)
     print(f"installed the reader in {HEADS_ROOT / NAME}")
 

@@ -24,11 +24,13 @@ def record(paragraphs: list[str], tokens: int, rng: random.Random, facts: tuple[
             "questions": [{"question": f.question, "answer": reply(f)} for f in document.facts]}
 
 
-def write(paragraphs: list[str], out: Path, count: int, lengths: tuple[int, int], seed: int) -> Path:
-    """`count` records of `lengths[0]` to `lengths[1]` tokens (log-uniform) into `out`."""
+def write(paragraphs: list[str], out: Path, count: int, lengths: tuple[int, int], seed: int,
+          facts: tuple[int, int] = (3, 6)) -> Path:
+    """`count` records of `lengths[0]` to `lengths[1]` tokens (log-uniform), each with `facts[0]` to `facts[1]`
+    facts, into `out`."""
     rng = random.Random(seed)
     with out.open("w") as f:
         for _ in range(count):
             tokens = round(lengths[0] * (lengths[1] / lengths[0]) ** rng.random())
-            f.write(json.dumps(record(paragraphs, tokens, rng)) + "\n")
+            f.write(json.dumps(record(paragraphs, tokens, rng, facts)) + "\n")
     return out

@@ -20,6 +20,8 @@ from locret_cli.bench.synthetic import Fact
 from locret_cli.core.cache import LocretCache
 from locret_cli.core.engine import Engine
 from locret_cli.core.heads import RetainingHeads
+from locret_cli.core.policies.locret import LocretPolicy
+from locret_cli.core.policies.streaming import StreamingPolicy
 from locret_cli.core.settings import ReadSettings
 
 
@@ -52,13 +54,25 @@ def test_statement_keeper_keeps_statements_in_the_named_layers_only(llama):
     torch.manual_seed(0)
     heads = RetainingHeads.for_model(llama, hidden=8).eval()
     settings = ReadSettings(budget=budget, chunk_size=16, stabilizers=0, positions="original")
-    engine = Engine(llama, StatementKeeper(heads, 1, spans, {1}), settings, stop_ids={1})
+    engine = Engine(llama, StatementKeeper(LocretPolicy(heads), spans, {1}), settings, stop_ids={1})
     for start in range(0, n, 16):
         engine.prefill_chunk(torch.randint(2, VOCAB, (16,), generator=torch.Generator().manual_seed(start)).tolist())
     statement = [5, 6, 7, 8, 30, 31, 32, 33]
     origins = [layer.origins[0] for layer in engine.cache.layers]
     assert all(set(statement) <= set(head.tolist()) for head in origins[1])
     assert not all(set(statement) <= set(head.tolist()) for head in origins[0])  # the heads alone drop some
+
+
+def test_statement_keeper_over_recency_keeps_statements_in_every_layer_and_the_newest_entries_besides(llama):
+    n, budget, spans = 48, 12, [(5, 9), (20, 22)]
+    settings = ReadSettings(budget=budget, chunk_size=16, stabilizers=0, positions="original")
+    rest = StreamingPolicy(llama.config.num_key_value_heads, sinks=0)
+    engine = Engine(llama, StatementKeeper(rest, spans), settings, stop_ids={1})
+    for start in range(0, n, 16):
+        engine.prefill_chunk(torch.randint(2, VOCAB, (16,), generator=torch.Generator().manual_seed(start)).tolist())
+    for layer in engine.cache.layers:
+        for head in layer.origins[0]:
+            assert head.tolist() == [5, 6, 7, 8, 20, 21, *range(n - 6, n)]
 
 
 def test_answers_are_classified_by_type_and_error():

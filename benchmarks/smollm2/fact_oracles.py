@@ -1,0 +1,35 @@
+"""The fact-kept oracles: eviction that never drops a fact's sentence, in any layer or KV head.
+
+What the rest of the budget holds is the oracle's second half:
+
+    fact+heads    the retaining heads' choice, as locret reads (the ceiling for better heads on the same reader)
+    fact+recent   the most recent text, a run a small model reads as prose (the ceiling for keeping runs)
+
+The facts' sentences are found as token indices of the read the way `benchmarks/embedded/evaluate.py` finds them."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from benchmarks.embedded.diagnose import StatementKeeper
+from benchmarks.embedded.evaluate import spans_in
+from locret_cli.core.policies.locret import LocretPolicy
+from locret_cli.core.policies.streaming import StreamingPolicy
+from locret_cli.inputs.documents import token_chunks
+from locret_cli.inputs.prompt import prompt_layout
+
+ORACLES = ("fact+heads", "fact+recent")
+
+
+def fact_oracle(oracle: str, session, document, statements: list[str], chunk_size: int) -> StatementKeeper:
+    """The `oracle` (one of ORACLES) for one `document` with facts stated as `statements`, read by `session` in
+    chunks of `chunk_size`."""
+    tokenizer, model = session.loaded.tokenizer, session.loaded.model
+    prefix = prompt_layout(tokenizer).head_ids
+    ids = [i for chunk in token_chunks(document, tokenizer, chunk_size, prefix) for i in chunk.ids]
+    spans = spans_in(tokenizer, ids, [SimpleNamespace(statement=s) for s in statements])
+    if oracle == "fact+heads":
+        rest = LocretPolicy(session.heads, session.read_settings().score_pool)
+    else:
+        rest = StreamingPolicy(model.config.num_key_value_heads)
+    return StatementKeeper(rest, spans)
