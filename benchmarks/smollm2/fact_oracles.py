@@ -15,21 +15,22 @@ from benchmarks.embedded.diagnose import StatementKeeper
 from benchmarks.embedded.evaluate import spans_in
 from locret_cli.core.policies.locret import LocretPolicy
 from locret_cli.core.policies.streaming import StreamingPolicy
+from locret_cli.core.settings import ReadSettings
 from locret_cli.inputs.documents import token_chunks
 from locret_cli.inputs.prompt import prompt_layout
 
 ORACLES = ("fact+heads", "fact+recent")
 
 
-def fact_oracle(oracle: str, session, document, statements: list[str], chunk_size: int) -> StatementKeeper:
-    """The `oracle` (one of ORACLES) for one `document` with facts stated as `statements`, read by `session` in
-    chunks of `chunk_size`."""
+def fact_oracle(oracle: str, session, document, statements: list[str], settings: ReadSettings) -> StatementKeeper:
+    """The `oracle` (one of ORACLES) for one `document` with facts stated as `statements`, read by `session` with
+    `settings`."""
     tokenizer, model = session.loaded.tokenizer, session.loaded.model
     prefix = prompt_layout(tokenizer).head_ids
-    ids = [i for chunk in token_chunks(document, tokenizer, chunk_size, prefix) for i in chunk.ids]
+    ids = [i for chunk in token_chunks(document, tokenizer, settings.chunk_size, prefix) for i in chunk.ids]
     spans = spans_in(tokenizer, ids, [SimpleNamespace(statement=s) for s in statements])
     if oracle == "fact+heads":
-        rest = LocretPolicy(session.heads, session.read_settings().score_pool)
+        rest = LocretPolicy(session.heads, settings.score_pool)
     else:
         rest = StreamingPolicy(model.config.num_key_value_heads)
     return StatementKeeper(rest, spans)

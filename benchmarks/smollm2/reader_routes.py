@@ -77,7 +77,7 @@ def run(session: Session, policy: str, sets: list[str], lengths: list[int], coun
                 configs = {n: c for n, c in wanted.items() if (name, length, label, index, n) not in done}
                 if not configs:
                     continue
-                keeper = fact_oracle(oracle, runner, document, statements, settings.chunk_size) if oracle else None
+                keeper = fact_oracle(oracle, runner, document, statements, settings) if oracle else None
                 reading = runner.read(document, settings, force=True, policy=keeper)
                 rows = []
                 for question in questions:

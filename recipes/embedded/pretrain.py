@@ -97,8 +97,8 @@ def model_config(tokenizer, cfg: PretrainConfig) -> LlamaConfig:
         num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads, num_key_value_heads=cfg.kv_heads,
         max_position_embeddings=cfg.max_positions, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
         tie_word_embeddings=True, bos_token_id=None, eos_token_id=tokenizer.eos_token_id, pad_token_id=None,
+        attn_implementation="sdpa",
     )
-    config._attn_implementation = "sdpa"
     return config
 
 
