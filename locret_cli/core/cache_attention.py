@@ -1,4 +1,4 @@
-"""Attention over locret's cache on the CPU, without a mask.
+"""Attention over locret's cache without a mask, on the CPU and on CUDA in half precision.
 
 In locret's engine the queries of every forward are the cache's last T entries, and every entry before them is
 visible to all of them. transformers builds a (T, n) boolean mask for that, and SDPA reads it and computes the
@@ -9,14 +9,17 @@ masked half of the chunk's own block. Here, instead:
            are stacked as more queries, so no key is copied;
     own:   query (B, heads, T, D) against the chunk's own T entries (repeated per head: T entries, not n), causal;
   each output is weighted by the share of the softmax mass its keys hold, exp(lse_part - lse_all), the log-sum-exps
-  that `aten::_scaled_dot_product_flash_attention_for_cpu` returns.
+  that the flash kernels return (`aten::_scaled_dot_product_flash_attention_for_cpu`, and on CUDA
+  `aten::_scaled_dot_product_flash_attention`, which needs bf16 or fp16).
 - One query (a decode step) is the past case with every entry visible: its heads stacked per KV head, one flash
   call in the model's dtype. SDPA of one query in bf16 runs several times slower, and casting the cache to fp32
-  copies every entry at every step (`benchmarks/kernel_microbench.py one-query`, docs/cpus.md).
+  copies every entry at every step (`benchmarks/kernel_microbench.py one-query`, docs/cpus.md). On CUDA, SDPA of
+  one query with fewer KV heads than heads falls back to plain matrix products, whose shapes change at every step:
+  the first answer over a read decoded three times slower than a second (`research/gpu/decode_profile.py`).
 
-The result is the masked attention up to rounding (tests/test_cache_attention.py). `use_cache_attention` selects this
-implementation for one forward of a model that `applies_to` (the CPU, no sliding window), which the engine checks
-once.
+The result is the masked attention up to rounding (tests/test_cache_attention.py on the CPU;
+`research/gpu/check_cache_attention.py` on CUDA). `use_cache_attention` selects this implementation for one forward
+of a model that `applies_to` (no sliding window; the CPU, or CUDA in half precision), which the engine checks once.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ IMPLEMENTATION = "locret_cache"
 
 def _flash(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, causal: bool, scale: float):
     """(output (B, H, L, D), lse (B, H, L) float32) of attention without a mask, or causal."""
+    if query.device.type == "cuda":
+        return torch.ops.aten._scaled_dot_product_flash_attention(query, key, value, 0.0, causal, scale=scale)[:2]
     return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(query, key, value, 0.0, causal, scale=scale)
 
 
@@ -73,8 +78,11 @@ def attends_fully(config) -> bool:
 
 
 def applies_to(model) -> bool:
-    """Whether `cache_attention` can stand in for the model's SDPA: on the CPU, with no sliding window."""
-    return model.device.type == "cpu" and attends_fully(model.config)
+    """Whether `cache_attention` can stand in for the model's SDPA: no sliding window, on the CPU or on CUDA in
+    bf16 or fp16 (the CUDA flash kernel's precisions)."""
+    device = model.device.type
+    half = model.dtype in (torch.bfloat16, torch.float16)
+    return (device == "cpu" or device == "cuda" and half) and attends_fully(model.config)
 
 
 def use_cache_attention(model):
