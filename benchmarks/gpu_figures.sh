@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU figures of docs/performance.md, in one run of under 10 minutes on one H100 (random weights: speed and
+# The figures of docs/gpu.md, in one run of under 10 minutes on one H100 (random weights: speed and
 # memory are real, answers are not):
 #   - the Llama-3.1-8B shape at 32K and 128K, budget 16,384: locret against the full cache (the Locret paper reads
 #     128K at 3,209 tok/s on one RTX 4090);
