@@ -29,7 +29,8 @@ from recipes import prose
 from recipes.smollm2 import reader_data
 from recipes.smollm2.build_heads import NAME
 
-RECIPE = {"documents": 120, "lengths": (3000, 12000), "facts": (3, 6), "steps": 1200, "rank": 8, "lr": 1e-3}
+# documents of 4K-16K tokens with 4-10 facts each, read at SmolLM2's recorded settings (blocks of 8 tokens included)
+RECIPE = {"documents": 120, "lengths": (4000, 16000), "facts": (4, 10), "steps": 1200, "rank": 8, "lr": 1e-3}
 
 
 def pair(text: str) -> tuple[int, int]:
@@ -48,7 +49,8 @@ def main() -> None:
     parser.add_argument("--rank", type=int, default=RECIPE["rank"])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--heads", type=Path, help="read the documents with these heads (default: the shipped ones)")
-    parser.add_argument("--span", type=int, help="read the documents keeping entries in blocks of this many tokens")
+    parser.add_argument("--span", type=int, help="read the documents keeping entries in blocks of this many tokens "
+                                                 "(default: the recorded setting)")
     parser.add_argument("--no-install", action="store_true", help="train only; leave the package's reader alone")
     parser.add_argument("--install-only", action="store_true", help="install the reader already trained in --out")
     args = parser.parse_args()
@@ -68,7 +70,8 @@ def main() -> None:
     if not args.install_only:
         train(session, data, args.out, config)
     if not args.no_install:
-        data_meta = {"documents": args.documents, "lengths": args.lengths, "facts": args.facts, "span": args.span or 1}
+        data_meta = {"documents": args.documents, "lengths": args.lengths, "facts": args.facts,
+                     "span": session.read_settings().span}
         install(args.out, session.loaded.model, config, data_meta)
 
 
