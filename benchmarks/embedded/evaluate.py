@@ -36,7 +36,7 @@ from benchmarks.embedded.diagnose import (
     value_type,
 )
 from locret_cli.api import Session
-from locret_cli.inputs.documents import text_document
+from locret_cli.inputs.documents import Document, text_document
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.core.policies.locret import LocretPolicy
 from locret_cli.core.settings import AnswerSettings, ReadSettings
@@ -143,9 +143,10 @@ def statement_spans(tokenizer, prefix: list[int], text: str, facts, chunk_size: 
     return spans_in(tokenizer, reading_ids(tokenizer, prefix, text, chunk_size), facts)
 
 
-def reading_ids(tokenizer, prefix: list[int], text: str, chunk_size: int) -> list[int]:
-    """The token ids a chunked read of `text` takes in, `prefix` first."""
-    return [i for chunk in token_chunks(text_document(text), tokenizer, chunk_size, prefix) for i in chunk.ids]
+def reading_ids(tokenizer, prefix: list[int], text: str | Document, chunk_size: int) -> list[int]:
+    """The token ids a chunked read of `text` (or an opened document) takes in, `prefix` first."""
+    document = text_document(text) if isinstance(text, str) else text
+    return [i for chunk in token_chunks(document, tokenizer, chunk_size, prefix) for i in chunk.ids]
 
 
 def spans_in(tokenizer, ids: list[int], facts) -> list[tuple[int, int]]:

@@ -12,11 +12,10 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from benchmarks.embedded.diagnose import StatementKeeper
-from benchmarks.embedded.evaluate import spans_in
+from benchmarks.embedded.evaluate import reading_ids, spans_in
 from locret_cli.core.policies.locret import LocretPolicy
 from locret_cli.core.policies.streaming import StreamingPolicy
 from locret_cli.core.settings import ReadSettings
-from locret_cli.inputs.documents import token_chunks
 from locret_cli.inputs.prompt import prompt_layout
 
 ORACLES = ("fact+heads", "fact+recent")
@@ -27,7 +26,7 @@ def fact_oracle(oracle: str, session, document, statements: list[str], settings:
     `settings`."""
     tokenizer, model = session.loaded.tokenizer, session.loaded.model
     prefix = prompt_layout(tokenizer).head_ids
-    ids = [i for chunk in token_chunks(document, tokenizer, settings.chunk_size, prefix) for i in chunk.ids]
+    ids = reading_ids(tokenizer, prefix, document, settings.chunk_size)
     spans = spans_in(tokenizer, ids, [SimpleNamespace(statement=s) for s in statements])
     if oracle == "fact+heads":
         rest = LocretPolicy(session.heads, settings.score_pool)

@@ -3,7 +3,7 @@
     locret read samples/handbook.pdf -o runs/h.locret --model smollm2
     python -m benchmarks.smollm2.handbook_routes runs/h.locret
 
-The read is loaded once. Each question is asked by the recorded route (windows the question's words locate, the
+The read is loaded once, and each answer is made on a fork of it. Each question is asked by the recorded route (windows the question's words locate, the
 bounded cache where they fail), by one bounded read with the reader (`--reread 0`) and by one bounded read without
 it. Prints one markdown table: each answer, whether it holds the expected value, and the route that answered.
 """
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import replace
 from pathlib import Path
 
 from locret_cli.api import load_session
@@ -29,14 +28,15 @@ def main() -> None:
 
     questions = [json.loads(line) for line in args.questions.read_text().splitlines() if line.strip()]
     session = load_session("smollm2")
+    reading = session.load(args.saved)
     right = dict.fromkeys(WAYS, 0)
     print("| question | expected | " + " | ".join(WAYS) + " |")
     print("|---|---|" + "---|" * len(WAYS))
     for item in questions:
         cells = []
         for way, (given, with_reader) in WAYS.items():
-            asking = session if with_reader else replace(session, reader=None)
-            result = asking.load(args.saved).ask(item["question"], asking.answer_settings(**given), sources=0)
+            reading.engine.reader = session.reader if with_reader else None
+            result = reading.ask(item["question"], session.answer_settings(**given), sources=0)
             hit = item["answer"] in result.answer
             right[way] += hit
             cells.append(f"{'✓' if hit else '✗'} {result.answer} ({result.route})")
