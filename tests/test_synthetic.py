@@ -8,17 +8,16 @@ import re
 import string
 
 from locret_cli.bench.synthetic import (
-    POSSESSIVE_ATTRIBUTES,
     SPLIT_ATTRIBUTES,
     SPLIT_KINDS,
     SPLIT_WORDS,
-    TRAIN_OWNERS,
     dev_words,
     english_words,
     novel_fact,
     passkey_fact,
 )
 from locret_cli.inputs.tokenizer import TiktokenTokenizer
+from recipes.embedded.possessive import POSSESSIVE_ATTRIBUTES, TRAIN_OWNERS
 from recipes.embedded.qa_data import FillerPool, facts_for, fragments, prose_text, qa_example, word_pieces
 from recipes.embedded.validation import OFF_FORM_QUESTIONS, absent_questions, dev_facts
 

@@ -24,10 +24,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("saved", help="a .locret file of samples/handbook.pdf read with --model smollm2")
     parser.add_argument("--questions", type=Path, default=Path("samples/questions.jsonl"))
+    parser.add_argument("--reader", help="a reader directory (default: the one shipped with the model)")
     args = parser.parse_args()
 
     questions = [json.loads(line) for line in args.questions.read_text().splitlines() if line.strip()]
-    session = load_session("smollm2")
+    session = load_session("smollm2", reader=args.reader)
     reading = session.load(args.saved)
     right = dict.fromkeys(WAYS, 0)
     print("| question | expected | " + " | ".join(WAYS) + " |")

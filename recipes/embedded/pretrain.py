@@ -46,7 +46,7 @@ class Stage:
     average_last: int = 0  # end on a moving average of the weights (`average_decay`) over this many last steps
     absent: float = 0.0  # share of questions the document does not answer (`unanswerable.py`), answered not stated
     prose: float = 0.0  # share of documents whose filler is real prose (`recipes/prose.py`, MODEL_PACKAGES)
-    possessive: float = 0.0  # share of attribute facts with a possessive attribute (`synthetic.possessive_fact`)
+    possessive: float = 0.0  # share of attribute facts with a possessive attribute (`possessive.possessive_fact`)
     lr: float | None = None  # peak learning rate, `PretrainConfig.lr` when None
 
 

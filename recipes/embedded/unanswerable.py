@@ -27,9 +27,9 @@ from locret_cli.bench.synthetic import (
     invented_word,
     novel_fact,
     pseudo_word,
-    question_parts,
 )
 from locret_cli.models.embedded import not_stated_reply
+from recipes.embedded.possessive import question_parts
 
 PASSKEY_QUESTION = "What is the pass key?"
 OFF_FORM_TEMPLATES = (

@@ -29,8 +29,10 @@ from recipes import prose
 from recipes.smollm2 import reader_data
 from recipes.smollm2.build_heads import NAME
 
-# documents of 4K-16K tokens with 4-10 facts each, read at SmolLM2's recorded settings (blocks of 8 tokens included)
-RECIPE = {"documents": 120, "lengths": (4000, 16000), "facts": (4, 10), "steps": 1200, "rank": 8, "lr": 1e-3}
+# documents of 4K-16K tokens with 4-10 facts each, read at SmolLM2's recorded settings (blocks of 8 tokens included);
+# `--crowded 80 --steps 2000` adds documents whose facts share one code and one role (research/notes, 2026-11-27)
+RECIPE = {"documents": 120, "lengths": (4000, 16000), "facts": (4, 10), "crowded": 0, "crowded_facts": (8, 12),
+          "steps": 1200, "rank": 8, "lr": 1e-3}
 
 
 def pair(text: str) -> tuple[int, int]:
@@ -45,6 +47,10 @@ def main() -> None:
     parser.add_argument("--documents", type=int, default=RECIPE["documents"])
     parser.add_argument("--lengths", type=pair, default=RECIPE["lengths"], help="MIN,MAX tokens of a document")
     parser.add_argument("--facts", type=pair, default=RECIPE["facts"], help="MIN,MAX facts in a document")
+    parser.add_argument("--crowded", type=int, default=RECIPE["crowded"],
+                        help="documents more, whose facts share one code and one role")
+    parser.add_argument("--crowded-facts", type=pair, default=RECIPE["crowded_facts"],
+                        help="MIN,MAX facts in a crowded document")
     parser.add_argument("--steps", type=int, default=RECIPE["steps"])
     parser.add_argument("--rank", type=int, default=RECIPE["rank"])
     parser.add_argument("--seed", type=int, default=0)
@@ -58,8 +64,9 @@ def main() -> None:
     data = args.out / "train.jsonl"
     if not data.exists():
         paragraphs = prose.paragraphs(prose.TRAIN_PACKAGES, args.prose_packages)
-        reader_data.write(paragraphs, data, args.documents, args.lengths, args.seed, args.facts)
-        print(f"wrote {args.documents} documents from {len(paragraphs)} paragraphs to {data}", flush=True)
+        reader_data.write(paragraphs, data, args.documents, args.lengths, args.seed, args.facts, args.crowded,
+                          args.crowded_facts)
+        print(f"wrote {args.documents + args.crowded} documents from {len(paragraphs)} paragraphs to {data}", flush=True)
     session = load_session("smollm2", device="cpu", dtype="bf16", reader="off")
     if args.heads:
         session = Session(session.loaded, load_heads(args.heads, session.loaded.model), session.policy, None)
@@ -71,6 +78,7 @@ def main() -> None:
         train(session, data, args.out, config)
     if not args.no_install:
         data_meta = {"documents": args.documents, "lengths": args.lengths, "facts": args.facts,
+                     "crowded": args.crowded, "crowded_facts": args.crowded_facts,
                      "span": session.read_settings().span}
         install(args.out, session.loaded.model, config, data_meta)
 

@@ -31,22 +31,25 @@ class Fact:
     answer: str
 
 
-def make_fact(kind: str, rng: random.Random, place: str) -> Fact:
+def make_fact(kind: str, rng: random.Random, place: str, codes: list[str] = CODES, roles: list[str] = ROLES) -> Fact:
+    """One fact of `kind` about `place`, its attribute drawn from `codes` or `roles`."""
     if kind == "passkey":
         key = str(rng.randint(10_000, 99_999))
         return Fact(kind, f"The pass key is {key}. Remember it. {key} is the pass key.", "What is the pass key?", key)
     if kind == "code":
-        what, value = rng.choice(CODES), str(rng.randint(1000, 9999))
+        what, value = rng.choice(codes), str(rng.randint(1000, 9999))
         return Fact(kind, f"The {what} of the {place} is {value}.", f"What is the {what} of the {place}?", value)
-    role, name = rng.choice(ROLES), f"{rng.choice(FIRST)} {rng.choice(LAST)}"
+    role, name = rng.choice(roles), f"{rng.choice(FIRST)} {rng.choice(LAST)}"
     return Fact(kind, f"The {role} of the {place} is {name}.", f"Who is the {role} of the {place}?", name)
 
 
-def facts_for(rng: random.Random, count: int, passkey: bool = True) -> list[Fact]:
-    """`count` facts about distinct places (the first a pass key when `passkey`), kinds alternating."""
+def facts_for(rng: random.Random, count: int, passkey: bool = True, crowded: bool = False) -> list[Fact]:
+    """`count` facts about distinct places (the first a pass key when `passkey`), kinds alternating. `crowded` facts
+    all share one code and one role ("the gate code of" six places), so only the place tells them apart."""
     places = rng.sample(PLACES, count)
     kinds = (["passkey"] if passkey else []) + [("code", "person")[i % 2] for i in range(count)]
-    return [make_fact(kind, rng, place) for kind, place in zip(kinds, places)]
+    codes, roles = ([rng.choice(CODES)], [rng.choice(ROLES)]) if crowded else (CODES, ROLES)
+    return [make_fact(kind, rng, place, codes, roles) for kind, place in zip(kinds, places)]
 
 
 @dataclass

@@ -52,3 +52,18 @@ def test_reader_records_ask_every_fact_of_their_document_with_the_sentence_that_
     for record in records:
         for item in record["questions"]:
             assert item["answer"].rstrip(".") in record["document"] and item["question"].endswith("?")
+
+
+def test_crowded_facts_share_one_code_and_one_role_and_leave_the_plain_records_as_they_were(tmp_path):
+    facts = documents.facts_for(random.Random(4), 9, passkey=False, crowded=True)
+    attributes = {f.question.split(" of the ")[0] for f in facts}
+    assert len(attributes) == 2 and len({f.question for f in facts}) == 9  # one code, one role; nine places
+    plain = reader_data.write(PROSE, tmp_path / "plain.jsonl", count=5, lengths=(300, 900), seed=0)
+    both = reader_data.write(PROSE, tmp_path / "both.jsonl", count=5, lengths=(300, 900), seed=0, crowded=3,
+                             crowded_facts=(8, 12))
+    lines = both.read_text().splitlines()
+    assert lines[:5] == plain.read_text().splitlines() and len(lines) == 8
+    for line in lines[5:]:
+        questions = [q["question"] for q in json.loads(line)["questions"]]
+        assert 8 <= len(questions) <= 12
+        assert len({q.split(" of the ")[0] for q in questions if "pass key" not in q}) == 2
