@@ -19,7 +19,7 @@ from locret_cli.core.settings import AnswerSettings, ReadSettings
 from locret_cli.errors import LocretError
 from locret_cli.models.loading import LoadedModel
 from locret_cli.models.reader_files import load_reader, save_reader
-from locret_cli.training.reader_trainer import ReaderConfig, ReaderRecord, ReaderTrainer
+from locret_cli.training.reader_trainer import ReaderConfig, ReaderRecord, ReaderTrainer, load_reader_records
 
 runner = CliRunner()
 TEXT = "".join(f"Line {i}: the crate in bay {i % 7} holds {i * 13 % 97} lamps.\n" for i in range(60))
@@ -136,6 +136,24 @@ def test_training_resumes_where_its_checkpoint_left_off(tmp_path):
     assert resumed.reads_made == 0
     resumed.train()
     assert all(torch.equal(a, b) for a, b in zip(whole.reader.parameters(), resumed.reader.parameters()))
+
+
+def test_a_record_that_names_its_budget_is_read_at_it_and_a_bad_budget_is_refused(tmp_path):
+    data = tmp_path / "data.jsonl"
+    lines = [{"document": TEXT, "questions": [{"question": "Which bay?", "answer": "Bay 3."}]},
+             {"document": TEXT[::-1], "questions": [{"question": "What is it?", "answer": "A crate."}], "budget": 9000}]
+    data.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    records = load_reader_records(data)
+    assert [r.budget for r in records] == [None, 9000]
+    t = trainer(tmp_path, tiny_model("llama"), steps=1)
+    t.records = records
+    stabilizers = t.session.read_settings().stabilizers
+    assert t.budget_for(1, 100_000) == max(9000, 2 * stabilizers)
+    assert 20_000 <= t.budget_for(0, 100_000) <= 40_000  # drawn from the config's kept share, 20-40%
+    for bad in (0, -5, 2.5, "200", True):
+        data.write_text(json.dumps({**lines[1], "budget": bad}) + "\n")
+        with pytest.raises(LocretError, match="data.jsonl:1: 'budget' must be a positive whole number"):
+            load_reader_records(data)
 
 
 def test_a_reader_for_another_model_is_refused_naming_that_model(tmp_path):

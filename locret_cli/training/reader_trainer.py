@@ -52,6 +52,7 @@ class ReaderConfig:
 class ReaderRecord:
     document: str
     questions: list[tuple[str, str]]  # (question, answer)
+    budget: int | None = None  # read at this budget, not one drawn from the config's kept share
 
 
 @dataclass
@@ -74,8 +75,8 @@ class ReaderSummary:
 
 
 def load_reader_records(path: str | Path) -> list[ReaderRecord]:
-    """JSONL records {"document": text, "questions": [{"question": q, "answer": a}, ...]}; a bad line is an error
-    naming it."""
+    """JSONL records {"document": text, "questions": [{"question": q, "answer": a}, ...]}, optionally with "budget" (the
+    entries to read the document at); a bad line is an error naming it."""
     records = []
     for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
@@ -83,13 +84,15 @@ def load_reader_records(path: str | Path) -> list[ReaderRecord]:
         try:
             item = json.loads(line)
             pairs = [(str(q["question"]), str(q["answer"])) for q in item["questions"]]
-            document = item["document"]
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            document, budget = item["document"], item.get("budget")
+        except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
             raise LocretError(f"{path}:{number}: each line needs 'document' and 'questions' of question/answer "
                               f"({type(exc).__name__})") from None
         if not isinstance(document, str) or not document.strip() or not pairs:
             raise LocretError(f"{path}:{number}: an empty document or no questions")
-        records.append(ReaderRecord(document, pairs))
+        if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool) or budget < 1):
+            raise LocretError(f"{path}:{number}: 'budget' must be a positive whole number of entries")
+        records.append(ReaderRecord(document, pairs, budget))
     if not records:
         raise LocretError(f"{path} holds no records")
     return records
@@ -111,10 +114,12 @@ class ReaderTrainer:
         self.loaded: OrderedDict[int, object] = OrderedDict()
 
     def budget_for(self, index: int, tokens: int) -> int:
-        """Record `index`'s budget: a share of its `tokens` (whole for an uncut one), never below what the settings'
-        stabilizers and the prompt's head need."""
+        """Record `index`'s budget: its own where it names one, else a share of its `tokens` (whole for an uncut
+        one), never below what the settings' stabilizers and the prompt's head need."""
         rng = random.Random(self.config.seed * 1_000_003 + index)
         settings = self.session.read_settings()
+        if self.records[index].budget:
+            return max(2 * settings.stabilizers, self.records[index].budget)
         if rng.random() < self.config.uncut_share:
             return tokens + settings.chunk_size
         share = rng.uniform(*self.config.kept_share)

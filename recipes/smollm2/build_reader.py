@@ -30,9 +30,10 @@ from recipes.smollm2 import reader_data
 from recipes.smollm2.build_heads import NAME
 
 # documents of 4K-16K tokens with 4-10 facts each, read at SmolLM2's recorded settings (blocks of 8 tokens included);
-# `--crowded 80 --steps 2000` adds documents whose facts share one code and one role (research/notes, 2026-11-27)
+# `--crowded 80 --steps 2000` adds documents whose facts share one code and one role, `--long N` documents of 32K-96K
+# tokens read at the recorded budget (research/notes, 2026-11-27)
 RECIPE = {"documents": 120, "lengths": (4000, 16000), "facts": (4, 10), "crowded": 0, "crowded_facts": (8, 12),
-          "steps": 1200, "rank": 8, "lr": 1e-3}
+          "long": 0, "long_lengths": (32000, 96000), "long_facts": (8, 12), "steps": 1200, "rank": 8, "lr": 1e-3}
 
 
 def pair(text: str) -> tuple[int, int]:
@@ -51,6 +52,9 @@ def main() -> None:
                         help="documents more, whose facts share one code and one role")
     parser.add_argument("--crowded-facts", type=pair, default=RECIPE["crowded_facts"],
                         help="MIN,MAX facts in a crowded document")
+    parser.add_argument("--long", type=int, default=RECIPE["long"],
+                        help="documents more, of --long-lengths tokens, read at the recorded budget")
+    parser.add_argument("--long-lengths", type=pair, default=RECIPE["long_lengths"], help="MIN,MAX tokens")
     parser.add_argument("--steps", type=int, default=RECIPE["steps"])
     parser.add_argument("--rank", type=int, default=RECIPE["rank"])
     parser.add_argument("--seed", type=int, default=0)
@@ -62,23 +66,28 @@ def main() -> None:
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     data = args.out / "train.jsonl"
-    if not data.exists():
-        paragraphs = prose.paragraphs(prose.TRAIN_PACKAGES, args.prose_packages)
-        reader_data.write(paragraphs, data, args.documents, args.lengths, args.seed, args.facts, args.crowded,
-                          args.crowded_facts)
-        print(f"wrote {args.documents + args.crowded} documents from {len(paragraphs)} paragraphs to {data}", flush=True)
     session = load_session("smollm2", device="cpu", dtype="bf16", reader="off")
     if args.heads:
         session = Session(session.loaded, load_heads(args.heads, session.loaded.model), session.policy, None)
     if args.span:
         session = replace(session, loaded=replace(session.loaded, defaults={**session.loaded.defaults,
                                                                             "span": args.span}))
+    batches = [reader_data.Batch(args.documents, args.lengths, args.facts),
+               reader_data.Batch(args.crowded, args.lengths, args.crowded_facts, crowded=True),
+               reader_data.Batch(args.long, args.long_lengths, RECIPE["long_facts"],
+                                 budget=session.read_settings().budget)]
+    if not data.exists():
+        paragraphs = prose.paragraphs(prose.TRAIN_PACKAGES, args.prose_packages)
+        reader_data.write(paragraphs, data, batches, args.seed)
+        print(f"wrote {sum(b.count for b in batches)} documents from {len(paragraphs)} paragraphs to {data}",
+              flush=True)
     config = ReaderConfig(steps=args.steps, rank=args.rank, lr=RECIPE["lr"], seed=args.seed)
     if not args.install_only:
         train(session, data, args.out, config)
     if not args.no_install:
         data_meta = {"documents": args.documents, "lengths": args.lengths, "facts": args.facts,
-                     "crowded": args.crowded, "crowded_facts": args.crowded_facts,
+                     "crowded": args.crowded, "crowded_facts": args.crowded_facts, "long": args.long,
+                     "long_lengths": args.long_lengths, "long_facts": RECIPE["long_facts"],
                      "span": session.read_settings().span}
         install(args.out, session.loaded.model, config, data_meta)
 

@@ -62,7 +62,7 @@ def main() -> None:
     data = args.out / "train.jsonl"
     if not data.exists():
         paragraphs = prose.paragraphs(prose.MODEL_PACKAGES)
-        reader_data.write(paragraphs, data, args.documents, (args.tokens, args.tokens), seed=1)
+        reader_data.write(paragraphs, data, [reader_data.Batch(args.documents, (args.tokens, args.tokens))], seed=1)
     session = load_session("smollm2", device="cpu", dtype="bf16")
     share = args.budget / args.tokens
     config = ReaderConfig(steps=args.steps, rank=args.rank, lr=args.lr, kept_share=(share, share), uncut_share=0.0,

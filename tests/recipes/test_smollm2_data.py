@@ -46,7 +46,7 @@ def test_records_ask_for_every_fact_they_hold(tmp_path):
 
 
 def test_reader_records_ask_every_fact_of_their_document_with_the_sentence_that_answers(tmp_path):
-    path = reader_data.write(PROSE, tmp_path / "reader.jsonl", count=12, lengths=(300, 900), seed=0)
+    path = reader_data.write(PROSE, tmp_path / "reader.jsonl", [reader_data.Batch(12, (300, 900))], seed=0)
     records = [json.loads(line) for line in path.read_text().splitlines()]
     assert len(records) == 12 and {3, 4, 5, 6} >= {len(r["questions"]) for r in records}
     for record in records:
@@ -54,16 +54,20 @@ def test_reader_records_ask_every_fact_of_their_document_with_the_sentence_that_
             assert item["answer"].rstrip(".") in record["document"] and item["question"].endswith("?")
 
 
-def test_crowded_facts_share_one_code_and_one_role_and_leave_the_plain_records_as_they_were(tmp_path):
+def test_batches_add_crowded_and_budgeted_records_and_leave_the_earlier_ones_as_they_were(tmp_path):
     facts = documents.facts_for(random.Random(4), 9, passkey=False, crowded=True)
     attributes = {f.question.split(" of the ")[0] for f in facts}
     assert len(attributes) == 2 and len({f.question for f in facts}) == 9  # one code, one role; nine places
-    plain = reader_data.write(PROSE, tmp_path / "plain.jsonl", count=5, lengths=(300, 900), seed=0)
-    both = reader_data.write(PROSE, tmp_path / "both.jsonl", count=5, lengths=(300, 900), seed=0, crowded=3,
-                             crowded_facts=(8, 12))
-    lines = both.read_text().splitlines()
-    assert lines[:5] == plain.read_text().splitlines() and len(lines) == 8
-    for line in lines[5:]:
-        questions = [q["question"] for q in json.loads(line)["questions"]]
-        assert 8 <= len(questions) <= 12
+    plain = reader_data.Batch(5, (300, 900))
+    first = reader_data.write(PROSE, tmp_path / "plain.jsonl", [plain], seed=0)
+    batches = [plain, reader_data.Batch(3, (300, 900), (8, 12), crowded=True),
+               reader_data.Batch(2, (1000, 2000), (8, 12), budget=256)]
+    lines = reader_data.write(PROSE, tmp_path / "all.jsonl", batches, seed=0).read_text().splitlines()
+    assert lines[:5] == first.read_text().splitlines() and len(lines) == 10
+    records = [json.loads(line) for line in lines]
+    for record in records[5:8]:
+        questions = [q["question"] for q in record["questions"]]
+        assert 8 <= len(questions) <= 12 and "budget" not in record
         assert len({q.split(" of the ")[0] for q in questions if "pass key" not in q}) == 2
+    assert [r.get("budget") for r in records] == [None] * 8 + [256, 256]
+    assert all(len(r["document"]) > len(records[0]["document"]) for r in records[8:])
