@@ -17,7 +17,8 @@ import random
 from collections import Counter
 from pathlib import Path
 
-from locret_cli.bench.synthetic import Fact, document
+from locret_cli.bench.synthetic import Fact
+from recipes.sample_documents import document
 
 QUESTIONS = ["What is the gate code of the north depot?", "What is the radio channel of the river station?",
              "What is the pass key?"]

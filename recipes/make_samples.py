@@ -15,7 +15,8 @@ from reportlab.lib.pagesizes import A4
 from reportlab.lib.styles import getSampleStyleSheet
 from reportlab.platypus import Paragraph, SimpleDocTemplate
 
-from locret_cli.bench.synthetic import Fact, distinct_facts, document, passkey_fact
+from locret_cli.bench.synthetic import Fact, passkey_fact
+from recipes.sample_documents import distinct_facts, document
 
 SEED = 2026
 PARAGRAPHS = 1300

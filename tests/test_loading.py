@@ -5,11 +5,12 @@ from __future__ import annotations
 import torch
 from conftest import tiny_model
 
-from locret_cli.bench.synthetic import distinct_facts, document, passkey_fact
+from locret_cli.bench.synthetic import passkey_fact
 from locret_cli.inputs.tokenizer import TIKTOKEN_FILE, TiktokenTokenizer
 from locret_cli.models import loading
 from locret_cli.models.loading import load_model, resolve_dtype
 from locret_cli.runtime.dtype_probe import DtypeChoice
+from recipes.sample_documents import distinct_facts, document
 
 
 def test_auto_dtype_is_measured_on_the_cpu_and_bf16_on_cuda(monkeypatch):

@@ -38,10 +38,6 @@ TEMPLATES = [
 ]
 ATTRIBUTES = ["gate code", "radio channel", "storage room", "contact name", "supply day", "alarm word",
               "locker number", "shift leader", "meeting point", "backup frequency"]
-PLACE_NAMES = ["north depot", "river station", "west archive", "signal tower", "salt warehouse", "hill observatory",
-               "old foundry", "east harbour", "pine lodge", "copper mine", "glass workshop", "lower granary"]
-NAMES = ["Amara", "Tobias", "Ingrid", "Kwame", "Lucia", "Dmitri", "Saoirse", "Hiroshi", "Fatima", "Olek", "Priya"]
-WORDS = ["lantern", "granite", "meadow", "falcon", "cobalt", "harvest", "juniper", "anchor", "velvet", "thunder"]
 
 
 @dataclass(frozen=True)
@@ -71,12 +67,6 @@ def filler_sentence(rng: random.Random) -> str:
     return sentence[0].upper() + sentence[1:]
 
 
-def attribute_fact(rng: random.Random) -> Fact:
-    attribute, entity = rng.choice(ATTRIBUTES), f"the {rng.choice(PLACE_NAMES)}"
-    value = rng.choice([str(rng.randint(1000, 99999)), rng.choice(NAMES), rng.choice(WORDS)])
-    return stated_attribute(attribute, entity, value)
-
-
 def passkey_fact(rng: random.Random) -> Fact:
     digits = str(rng.randint(10000, 99999))
     return Fact(f"The pass key is {digits}. Remember it.", "What is the pass key?", digits, "passkey")
@@ -85,25 +75,6 @@ def passkey_fact(rng: random.Random) -> Fact:
 def paragraphs(rng: random.Random, count: int) -> list[str]:
     """`count` paragraphs of 4-8 filler sentences each."""
     return [" ".join(filler_sentence(rng) for _ in range(rng.randint(4, 8))) for _ in range(count)]
-
-
-def document(seed: int, paragraphs_count: int, facts: list[tuple[Fact, float]]) -> str:
-    """Filler paragraphs with each (fact, depth) placed at `depth` in [0, 1] of the way through."""
-    rng = random.Random(seed)
-    body = paragraphs(rng, paragraphs_count)
-    for fact, depth in sorted(facts, key=lambda item: -item[1]):
-        at = min(len(body), round(depth * len(body)))
-        body.insert(at, fact.statement)
-    return "\n\n".join(body) + "\n"
-
-
-def distinct_facts(rng: random.Random, count: int) -> list[Fact]:
-    """`count` attribute facts whose questions all differ, so each question has one answer."""
-    facts: dict[str, Fact] = {}
-    while len(facts) < count:
-        fact = attribute_fact(rng)
-        facts.setdefault(fact.question, fact)
-    return list(facts.values())
 
 
 # --- Facts and filler with held-out vocabularies, for training and evaluating the embedded model ---------------
