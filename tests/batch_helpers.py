@@ -12,8 +12,9 @@ import random
 from pathlib import Path
 
 from locret_cli.batch.work import JobResult, error_rows
-from locret_cli.bench.synthetic import Fact, document
+from locret_cli.bench.synthetic import Fact
 from locret_cli.errors import LocretError
+from recipes.sample_documents import document
 
 QUESTIONS = ["What is the gate code of the north depot?", "What is the pass key?"]
 
