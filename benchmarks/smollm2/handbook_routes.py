@@ -3,9 +3,10 @@
     locret read samples/handbook.pdf -o runs/h.locret --model smollm2
     python -m benchmarks.smollm2.handbook_routes runs/h.locret
 
-The read is loaded once, and each answer is made on a fork of it. Each question is asked by the recorded route (windows the question's words locate, the
-bounded cache where they fail), by one bounded read with the reader (`--reread 0`) and by one bounded read without
-it. Prints one markdown table: each answer, whether it holds the expected value, and the route that answered.
+The read is loaded once, and each answer is made on a fork of it. Each question is asked by the recorded route
+(windows the question's words locate, the bounded cache where they fail), by one bounded read with the reader
+(`--reread 0`) and by one bounded read without it. Prints one markdown table: each answer, whether it holds the
+expected value (`contains_match`, as the bench scores), and the route that answered.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import json
 from pathlib import Path
 
 from locret_cli.api import load_session
+from locret_cli.bench.tasks import contains_match
 
 WAYS = {"recorded route": ({}, True), "one read, reader": ({"reread": 0}, True),
         "one read, no reader": ({"reread": 0}, False)}
@@ -38,7 +40,7 @@ def main() -> None:
         for way, (given, with_reader) in WAYS.items():
             reading.engine.reader = session.reader if with_reader else None
             result = reading.ask(item["question"], session.answer_settings(**given), sources=0)
-            hit = item["answer"] in result.answer
+            hit = contains_match(result.answer, item["answer"])
             right[way] += hit
             cells.append(f"{'✓' if hit else '✗'} {result.answer} ({result.route})")
         print(f"| {item['question']} | {item['answer']} | " + " | ".join(cells) + " |")

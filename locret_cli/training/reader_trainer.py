@@ -85,7 +85,7 @@ def load_reader_records(path: str | Path) -> list[ReaderRecord]:
             item = json.loads(line)
             pairs = [(str(q["question"]), str(q["answer"])) for q in item["questions"]]
             document, budget = item["document"], item.get("budget")
-        except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
             raise LocretError(f"{path}:{number}: each line needs 'document' and 'questions' of question/answer "
                               f"({type(exc).__name__})") from None
         if not isinstance(document, str) or not document.strip() or not pairs:
@@ -118,12 +118,12 @@ class ReaderTrainer:
         one), never below what the settings' stabilizers and the prompt's head need."""
         rng = random.Random(self.config.seed * 1_000_003 + index)
         settings = self.session.read_settings()
-        if self.records[index].budget:
-            return max(2 * settings.stabilizers, self.records[index].budget)
-        if rng.random() < self.config.uncut_share:
-            return tokens + settings.chunk_size
-        share = rng.uniform(*self.config.kept_share)
-        return max(2 * settings.stabilizers, 64 * round(share * tokens / 64))
+        wanted = self.records[index].budget
+        if not wanted:
+            if rng.random() < self.config.uncut_share:
+                return tokens + settings.chunk_size
+            wanted = 64 * round(rng.uniform(*self.config.kept_share) * tokens / 64)
+        return max(2 * settings.stabilizers, wanted)
 
     def read_path(self, index: int) -> Path:
         return self.out / READS / f"{index:06d}.locret"
