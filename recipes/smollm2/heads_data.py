@@ -22,6 +22,11 @@ def reply(fact: documents.Fact) -> str:
     return fact.statement.split(". ")[0].rstrip(".") + "."
 
 
+def replied_value(answer: str) -> str:
+    """The value a `reply` states: "The pass key is 25992." -> "25992"."""
+    return answer.rstrip(".").rsplit(" is ", 1)[-1]
+
+
 def record(paragraphs: list[str], tokens: int, rng: random.Random) -> dict:
     count = rng.choice((1, 1, 2, 3))
     facts = documents.facts_for(rng, count, passkey=rng.random() < 0.4)[:count]

@@ -1,7 +1,7 @@
 """How much of each training answer's value a reader run's saved reads keep, and the run's data restricted to the
 answers a read keeps.
 
-A value (the last words of an answer, after " is ") counts as kept by one (layer, KV head) of a read when every
+A value (the last words of an answer, after " is ": `heads_data.replied_value`) counts as kept by one (layer, KV head) of a read when every
 token of one of its occurrences in the document is among that head's kept entries (the read's `document.ids` and
 `layers.N.origins`). Its share is the fraction of (layer, KV head) pairs that keep it.
 
@@ -24,11 +24,7 @@ import torch
 from safetensors import safe_open
 
 from locret_cli.api import load_session
-
-
-def value_of(answer: str) -> str:
-    """The value an answer states: "The pass key is 25992." -> "25992"."""
-    return answer.rstrip(".").rsplit(" is ", 1)[-1]
+from recipes.smollm2.heads_data import replied_value
 
 
 def kept_share(ids: torch.Tensor, kept: torch.Tensor, value_ids: list[int]) -> float:
@@ -46,9 +42,8 @@ def read_kept(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
     """A saved read's document ids, and which of them each (layer, KV head) keeps."""
     with safe_open(str(path), "pt") as saved:
         ids = saved.get_tensor("document.ids")
-        layers = sorted({name.split(".")[1] for name in saved.keys() if name.endswith(".origins")}, key=int)
-        origins = torch.cat([saved.get_tensor(f"layers.{layer}.origins").reshape(-1, saved.get_tensor(
-            f"layers.{layer}.origins").shape[-1]) for layer in layers]).long()
+        names = sorted((n for n in saved.keys() if n.endswith(".origins")), key=lambda n: int(n.split(".")[1]))
+        origins = torch.cat([saved.get_tensor(name).flatten(0, -2) for name in names]).long()
     kept = torch.zeros(origins.shape[0], len(ids), dtype=torch.bool)
     inside = (origins >= 0) & (origins < len(ids))
     rows = torch.arange(origins.shape[0]).unsqueeze(1).expand_as(origins)
@@ -70,7 +65,7 @@ def main() -> None:
         ids, kept = read_kept(args.run / "reads" / f"{index:06d}.locret")
         questions = []
         for question in record["questions"]:
-            value = value_of(question["answer"])
+            value = replied_value(question["answer"])
             share = max(kept_share(ids, kept, tokenizer(text, add_special_tokens=False)["input_ids"])
                         for text in (" " + value, value))
             kind = "pass keys" if "pass key" in question["question"] else \

@@ -22,6 +22,7 @@ from locret_cli.inputs.documents import text_document
 from locret_cli.training.reader_trainer import ReaderConfig, ReaderTrainer, load_reader_records
 from recipes import prose
 from recipes.smollm2 import documents, reader_data
+from recipes.smollm2.heads_data import replied_value
 
 
 def dev_records(count: int, tokens: int, packages: Path | None) -> list[dict]:
@@ -37,7 +38,7 @@ def accuracy(readings, records, reader, label: str, log) -> float:
         answering = replace(reading.answering, reread=0, max_new_tokens=32)
         for item in record["questions"]:
             answer = reading.ask(item["question"], answering, sources=0).answer
-            expected = item["answer"].rsplit(" is ", 1)[-1].rstrip(".")
+            expected = replied_value(item["answer"])
             ok = documents.answered(answer, expected)
             right, total = right + ok, total + 1
             log.write(json.dumps({"set": label, "question": item["question"], "expected": expected,

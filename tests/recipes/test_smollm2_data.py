@@ -71,3 +71,10 @@ def test_batches_add_crowded_and_budgeted_records_and_leave_the_earlier_ones_as_
         assert len({q.split(" of the ")[0] for q in questions if "pass key" not in q}) == 2
     assert [r.get("budget") for r in records] == [None] * 8 + [256, 256]
     assert all(len(r["document"]) > len(records[0]["document"]) for r in records[8:])
+
+
+def test_the_value_of_a_reply_is_its_last_words_after_is():
+    fact = documents.make_fact("passkey", random.Random(0), "north depot")
+    assert heads_data.replied_value(heads_data.reply(fact)) == fact.answer
+    assert heads_data.replied_value("The pass key is 25992.") == "25992"
+    assert heads_data.replied_value("The chief engineer of the pine lodge is Marta Quinn.") == "Marta Quinn"

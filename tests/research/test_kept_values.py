@@ -5,12 +5,7 @@ from __future__ import annotations
 import torch
 from safetensors.torch import save_file
 
-from research.smollm2.kept_values import kept_share, read_kept, value_of
-
-
-def test_the_value_is_the_answers_last_words_after_is():
-    assert value_of("The pass key is 25992.") == "25992"
-    assert value_of("The chief engineer of the pine lodge is Marta Quinn.") == "Marta Quinn"
+from research.smollm2.kept_values import kept_share, read_kept
 
 
 def test_a_value_counts_where_every_token_of_one_occurrence_is_kept():
