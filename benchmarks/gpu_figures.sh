@@ -5,7 +5,9 @@
 #     128K at 3,209 tok/s on one RTX 4090);
 #   - the SmolLM2-135M shape at 128K with SmolLM2's recorded settings (budget 4,096, chunks of 1,024);
 #   - the peak GPU memory of each (torch.cuda.max_memory_allocated).
-# Usage: benchmarks/gpu_figures.sh OUT_DIR
+# SET=gemma3 measures docs/gemma3.md's GPU rows instead: the Gemma 3 4B and 12B shapes (sliding and global layers)
+# against the same shapes with every layer global, full cache and locret at budget 16,384.
+# Usage: [SET=gemma3] benchmarks/gpu_figures.sh OUT_DIR
 # Each bench writes OUT_DIR/NAME.json, and its stderr to OUT_DIR/stderr.log; one that fails or outlasts its limit
 # leaves the others to run.
 # A one-thousand-token smoke bench runs first; if it fails, its error is shown and nothing else runs.
@@ -30,6 +32,17 @@ bench() {  # NAME SECONDS ARGS...: one `locret bench --json`, its rows to NAME.j
 
 "$python" -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__,
       torch.cuda.get_device_name() if torch.cuda.is_available() else 'no CUDA')"
+if [ "${SET:-paper}" = gemma3 ]; then
+  bench smoke 90 --arch gemma3-1b --lengths 1k --policies full,locret --budget 256 --chunk-size 256 \
+    || { sleep 1; tail -20 "$out/stderr.log"; exit 1; }
+  for shape in gemma3-4b gemma3-4b-global; do
+    bench "$shape" 130 --arch "$shape" --lengths "$short,$long" --policies locret,full --budget 16384
+  done
+  for shape in gemma3-12b gemma3-12b-global; do  # the global shape's full cache at 128K is 48 GiB beside 24 GiB of weights
+    bench "$shape" 110 --arch "$shape" --lengths "$long" --policies locret,full --budget 16384
+  done
+  exit 0
+fi
 bench smoke 120 --arch smollm2-135m --lengths 1k --policies full,locret --budget 256 --chunk-size 256 \
   || { sleep 1; tail -20 "$out/stderr.log"; exit 1; }
 bench "$big-long" 240 --arch "$big" --lengths "$long" --policies locret,full --budget 16384
