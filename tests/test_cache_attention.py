@@ -14,8 +14,8 @@ from test_engine import chunks_of, random_ids
 from locret_cli.core.cache_attention import (
     IMPLEMENTATION,
     applies_to,
-    attends_fully,
     cache_attention,
+    sliding_attention,
     use_cache_attention,
 )
 from locret_cli.core.engine import Engine
@@ -71,7 +71,7 @@ def test_the_engine_reads_and_decodes_as_with_the_mask(family_model):
     assert torch.allclose(split, reference, rtol=0, atol=1e-5 * reference.abs().max())
 
 
-def test_it_applies_only_to_plain_sdpa_on_the_cpu_without_a_sliding_window():
+def test_it_applies_only_to_plain_sdpa():
     model = tiny_model("llama")
     assert applies_to(model)
     with use_cache_attention(model):
@@ -79,7 +79,16 @@ def test_it_applies_only_to_plain_sdpa_on_the_cpu_without_a_sliding_window():
     assert model.config._attn_implementation == "sdpa"
     with observe_attention(model, lambda *_: None), use_cache_attention(model):
         assert model.config._attn_implementation != IMPLEMENTATION
-    from transformers import MistralConfig, Qwen2Config
-    assert not attends_fully(MistralConfig(sliding_window=4096))
-    assert not attends_fully(Qwen2Config(use_sliding_window=True, sliding_window=64, max_window_layers=0))
-    assert attends_fully(Qwen2Config())
+
+
+@pytest.mark.parametrize("length, entries, window", [(1, 40, 8), (1, 5, 8), (6, 40, 8), (12, 15, 8), (5, 5, 8)])
+def test_a_sliding_layer_sees_itself_and_the_window_before_it(length, entries, window):
+    torch.manual_seed(0)
+    query = torch.randn(1, 4, length, 16)
+    key, value = torch.randn(2, 1, 2, entries, 16)
+    rows = torch.arange(entries - length, entries).unsqueeze(1)
+    columns = torch.arange(entries).unsqueeze(0)
+    band = (columns <= rows) & (rows - columns < window)  # transformers' sliding mask over contiguous positions
+    reference = F.scaled_dot_product_attention(query, key.repeat_interleave(2, 1), value.repeat_interleave(2, 1),
+                                               attn_mask=band, scale=0.25)
+    assert torch.allclose(sliding_attention(query, key, value, 0.25, window), reference, atol=1e-5)

@@ -17,9 +17,13 @@ masked half of the chunk's own block. Here, instead:
   one query with fewer KV heads than heads falls back to plain matrix products, whose shapes change at every step:
   the first answer over a read decoded three times slower than a second (`research/gpu/decode_profile.py`).
 
+- A sliding layer (`sliding_window` set) holds its entries contiguous, in order (`cache.py`), so each query sees
+  itself and the window - 1 entries before it: `sliding_attention` drops the entries no query sees, a decode step
+  then attends to the rest without a mask, and a chunk with a band mask of (T, window - 1 + T) at most.
+
 The result is the masked attention up to rounding (tests/test_cache_attention.py on the CPU;
 `research/gpu/check_cache_attention.py` on CUDA). `use_cache_attention` selects this implementation for one forward
-of a model that `applies_to` (no sliding window; the CPU, or CUDA in half precision), which the engine checks once.
+of a model that `applies_to` (the CPU, or CUDA in half precision), which the engine checks once.
 """
 
 from __future__ import annotations
@@ -29,7 +33,6 @@ from contextlib import nullcontext
 import torch
 import torch.nn.functional as F
 
-from locret_cli.core.shape import layer_windows
 from locret_cli.core.transformers_internals import attention_implementation, implementation_of, register_attention
 
 IMPLEMENTATION = "locret_cache"
@@ -62,27 +65,42 @@ def cache_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     return merged.to(query.dtype)
 
 
-def _attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+def sliding_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float,
+                      window: int) -> torch.Tensor:
+    """`cache_attention` for a sliding layer, whose entries are contiguous tokens in order: each query sees itself
+    and the window - 1 entries before it."""
+    batch, heads, length, dim = query.shape
+    entries = key.shape[2]
+    start = max(0, entries - length - window + 1)  # the first entry the first query sees
+    key, value = key[:, :, start:], value[:, :, start:]
+    if length == 1:
+        return cache_attention(query, key, value, scale)
+    rows = torch.arange(entries - length, entries, device=query.device).unsqueeze(1)
+    columns = torch.arange(start, entries, device=query.device).unsqueeze(0)
+    band = (columns <= rows) & (rows - columns < window)
+    return F.scaled_dot_product_attention(query, key, value, attn_mask=band, scale=scale,
+                                          enable_gqa=heads > key.shape[1])
+
+
+def _attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, sliding_window=None, **kwargs):
     """transformers' attention signature. The model builds no mask for this implementation (it is not registered
-    with the mask interface), and `cache_attention` needs none."""
+    with the mask interface): `cache_attention` needs none, and `sliding_attention` builds its band."""
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-    return cache_attention(query, key, value, scale).transpose(1, 2).contiguous(), None
+    if sliding_window:
+        output = sliding_attention(query, key, value, scale, sliding_window)
+    else:
+        output = cache_attention(query, key, value, scale)
+    return output.transpose(1, 2).contiguous(), None
 
 
 register_attention(IMPLEMENTATION, _attention)
 
 
-def attends_fully(config) -> bool:
-    """Whether every layer of the model attends to all earlier tokens (no sliding window)."""
-    return not any(layer_windows(config))
-
-
 def applies_to(model) -> bool:
-    """Whether `cache_attention` can stand in for the model's SDPA: no sliding window, on the CPU or on CUDA in
-    bf16 or fp16 (the CUDA flash kernel's precisions)."""
+    """Whether `cache_attention` can stand in for the model's SDPA: on the CPU, or on CUDA in bf16 or fp16 (the
+    CUDA flash kernel's precisions)."""
     device = model.device.type
-    half = model.dtype in (torch.bfloat16, torch.float16)
-    return (device == "cpu" or device == "cuda" and half) and attends_fully(model.config)
+    return device == "cpu" or device == "cuda" and model.dtype in (torch.bfloat16, torch.float16)
 
 
 def use_cache_attention(model):
