@@ -24,7 +24,8 @@ from locret_cli.models.spec import ModelSpec
 @option_groups(MODEL)
 def train_reader(
     data: Annotated[str, typer.Option(help="JSONL of documents and their questions: {\"document\": text, "
-                                           "\"questions\": [{\"question\": q, \"answer\": a}, ...]} per line.")],
+                                           "\"questions\": [{\"question\": q, \"answer\": a}, ...]} per line; "
+                                           "a question may name its \"value\", the document's words it asks for.")],
     out: Annotated[str, typer.Option(help="Directory for the reader, its checkpoints and the saved reads.")],
     steps: Annotated[int, typer.Option(help="Optimiser steps (one question each).")] = 2000,
     rank: Annotated[int, typer.Option(help="Rank of each low-rank update.")] = 8,
@@ -33,6 +34,8 @@ def train_reader(
     kept_min: Annotated[float, typer.Option(help="Smallest share of a document its read keeps.")] = 0.03,
     kept_max: Annotated[float, typer.Option(help="Largest share of a document its read keeps.")] = 0.25,
     uncut_share: Annotated[float, typer.Option(help="Share of documents read whole, with nothing evicted.")] = 0.1,
+    min_kept_share: Annotated[float, typer.Option(
+        help="Skip a question whose value its read keeps in fewer than this share of (layer, KV head) pairs.")] = 0.0,
     save_every: SaveEvery = 100,
     seed: Annotated[int, typer.Option(help="Seed for the reader's start, budgets and question order.")] = 0,
     resume: Resume = False,
@@ -52,12 +55,13 @@ def train_reader(
         raise SettingError("{reader} chooses the reader answers are read with; train-reader trains one in {out}")
     if not 0 < kept_min <= kept_max <= 1:
         raise SettingError("{kept_min} and {kept_max} must satisfy 0 < min <= max <= 1")
-    if rank < 1 or steps < 1 or save_every < 1 or not 0 <= uncut_share <= 1:
-        raise SettingError("{rank}, {steps} and {save_every} must be positive, {uncut_share} between 0 and 1")
+    if rank < 1 or steps < 1 or save_every < 1 or not 0 <= uncut_share <= 1 or not 0 <= min_kept_share <= 1:
+        raise SettingError("{rank}, {steps} and {save_every} must be positive, {uncut_share} and {min_kept_share} "
+                           "between 0 and 1")
     quiet_libraries()
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     config = ReaderConfig(steps=steps, rank=rank, alpha=alpha, lr=lr, kept_share=(kept_min, kept_max),
-                          uncut_share=uncut_share, save_every=save_every, seed=seed)
+                          uncut_share=uncut_share, save_every=save_every, seed=seed, min_kept_share=min_kept_share)
     with err.status(f"loading {spec.model or 'the embedded model'}", spinner="dots"):
         session = load_session(replace(spec, policy=spec.policy or DEFAULT_POLICY, reader="off"))
     bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), TaskProgressColumn(),
@@ -72,5 +76,6 @@ def train_reader(
     if as_json:
         sys.stdout.write(json.dumps(asdict(summary)) + "\n")
     else:
+        skipped = f", {summary.skipped} questions skipped (value barely kept)" if summary.skipped else ""
         err.print(f"reader saved in {out}: {summary.steps} steps in {summary.seconds:.0f} s (reads {summary.read_s:.0f}"
-                  f" s), loss over the last steps {summary.final_loss:.4f}")
+                  f" s), loss over the last steps {summary.final_loss:.4f}{skipped}")

@@ -78,6 +78,7 @@ def train_reader(
     if resume and not trainer.resume():
         warn(f"no checkpoint in {out}; starting from step 0")
     trainer.prepare_reads(on_read)
+    trainer.skip_unkept()
     summary = trainer.train(on_step)
     trainer.save({"model": descriptive_name(session.loaded.name), "data": Path(data).name,
                   "settings": {k: v for k, v in asdict(session.read_settings()).items() if k != "budget"},

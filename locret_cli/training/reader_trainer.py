@@ -3,7 +3,9 @@
 Each document is read once, with the session's heads and read settings and no gradient, at a budget that keeps a
 share of it drawn from `kept_share` (some documents are kept whole, `uncut_share`, so the full cache does not
 suffer). Each read is saved as a `.locret` file under `OUT/reads/`, so the reads, which are most of the cost, are
-never run twice. Each step then forks one read, puts one of its questions and the answer through the model with the
+never run twice. With `min_kept_share`, a question whose value (the document's words its answer states) its read
+keeps in too few (layer, KV head) pairs is then skipped, so the reader is not taught to guess what its cache lacks.
+Each step then forks one read, puts one of its questions and the answer through the model with the
 reader in force, and takes the loss on the answer's tokens: gradients reach the reader through the question's and the
 answer's forward only. Checkpoints (`OUT/checkpoint/`) let a stopped run resume.
 """
@@ -15,7 +17,7 @@ import random
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -28,6 +30,7 @@ from locret_cli.inputs.documents import text_document
 from locret_cli.inputs.prompt import conversation_ids, end_of_turn_id
 from locret_cli.inputs.tokenizer import encode_text
 from locret_cli.models.reader_files import READER_CONFIG, load_reader, save_reader
+from locret_cli.training.kept_values import kept_map, value_share
 
 READS = "reads"
 CHECKPOINT = "checkpoint"
@@ -46,6 +49,7 @@ class ReaderConfig:
     uncut_share: float = 0.1  # documents read with a budget they fit in whole
     save_every: int = 100
     seed: int = 0
+    min_kept_share: float = 0.0  # skip questions whose value fewer (layer, KV head) pairs keep (`kept_values`)
 
 
 @dataclass
@@ -53,6 +57,7 @@ class ReaderRecord:
     document: str
     questions: list[tuple[str, str]]  # (question, answer)
     budget: int | None = None  # read at this budget, not one drawn from the config's kept share
+    values: list[str | None] = field(default_factory=list)  # each question's value, where the data names one
 
 
 @dataclass
@@ -71,12 +76,14 @@ class ReaderSummary:
     read_s: float  # the reads this run made (resumed reads excluded)
     final_loss: float  # mean over the last 50 steps
     peak_bytes: int
+    skipped: int = 0  # questions whose value their read keeps too little of (`min_kept_share`)
     config: dict = field(default_factory=dict)
 
 
 def load_reader_records(path: str | Path) -> list[ReaderRecord]:
     """JSONL records {"document": text, "questions": [{"question": q, "answer": a}, ...]}, optionally with "budget" (the
-    entries to read the document at); a bad line is an error naming it."""
+    entries to read the document at) and, in each question, "value" (the document's words its answer states); a bad
+    line is an error naming it."""
     records = []
     for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
@@ -84,6 +91,7 @@ def load_reader_records(path: str | Path) -> list[ReaderRecord]:
         try:
             item = json.loads(line)
             pairs = [(str(q["question"]), str(q["answer"])) for q in item["questions"]]
+            values = [None if q.get("value") is None else str(q["value"]) for q in item["questions"]]
             document, budget = item["document"], item.get("budget")
         except (json.JSONDecodeError, KeyError, TypeError) as exc:
             raise LocretError(f"{path}:{number}: each line needs 'document' and 'questions' of question/answer "
@@ -92,7 +100,9 @@ def load_reader_records(path: str | Path) -> list[ReaderRecord]:
             raise LocretError(f"{path}:{number}: an empty document or no questions")
         if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool) or budget < 1):
             raise LocretError(f"{path}:{number}: 'budget' must be a positive whole number of entries")
-        records.append(ReaderRecord(document, pairs, budget))
+        if any(value is not None and not value.strip() for value in values):
+            raise LocretError(f"{path}:{number}: a question's 'value' is empty")
+        records.append(ReaderRecord(document, pairs, budget, values))
     if not records:
         raise LocretError(f"{path} holds no records")
     return records
@@ -110,7 +120,7 @@ class ReaderTrainer:
         self.reader = ReaderAdapter.for_model(self.model, config.rank, config.alpha).to(self.model.device)
         self.optimizer = torch.optim.AdamW(self.reader.parameters(), lr=config.lr, weight_decay=config.weight_decay)
         self.end = end_of_turn_id(self.tokenizer, self.model)
-        self.step, self.losses, self.read_s, self.reads_made = 0, [], 0.0, 0
+        self.step, self.losses, self.read_s, self.reads_made, self.skipped = 0, [], 0.0, 0, 0
         self.loaded: OrderedDict[int, object] = OrderedDict()
 
     def budget_for(self, index: int, tokens: int) -> int:
@@ -146,6 +156,25 @@ class ReaderTrainer:
                 save_reading(reading, path, self.session.heads)
             if on_read:
                 on_read(index + 1, len(self.records))
+
+    def skip_unkept(self) -> int:
+        """Skip each question whose value its saved read keeps in fewer than `min_kept_share` of the (layer, KV head)
+        pairs; a question without a value stays. Returns how many were skipped."""
+        if not self.config.min_kept_share:
+            return 0
+        for index, record in enumerate(self.records):
+            if not any(record.values):
+                continue
+            ids, kept = kept_map(self.read_path(index))
+            stay = [i for i, value in enumerate(record.values)
+                    if value is None or value_share(self.tokenizer, ids, kept, value) >= self.config.min_kept_share]
+            self.skipped += len(record.questions) - len(stay)
+            self.records[index] = replace(record, questions=[record.questions[i] for i in stay],
+                                          values=[record.values[i] for i in stay])
+        if not any(record.questions for record in self.records):
+            raise LocretError(f"no question's value is kept in {self.config.min_kept_share} of its read's heads; "
+                              "lower the kept share asked for")
+        return self.skipped
 
     def reading(self, index: int):
         """Record `index`'s saved read, loaded (the last LOADED_READS stay in memory)."""
@@ -206,7 +235,7 @@ class ReaderTrainer:
         memory, _ = peak_memory(self.model.device)
         tail = self.losses[-50:]
         return ReaderSummary(self.step, time.perf_counter() - started, len(self.records), self.read_s,
-                             sum(tail) / max(len(tail), 1), memory, asdict(self.config))
+                             sum(tail) / max(len(tail), 1), memory, self.skipped, asdict(self.config))
 
     def save(self, extra: dict | None = None) -> None:
         """The trained reader, in `out` (`reader.safetensors`, `reader.json`)."""

@@ -30,10 +30,11 @@ from recipes.smollm2 import reader_data
 from recipes.smollm2.build_heads import NAME
 
 # documents of 4K-16K tokens with 4-10 facts each, read at SmolLM2's recorded settings (blocks of 8 tokens included);
-# `--crowded 80 --steps 2000` adds documents whose facts share one code and one role, `--long N` documents of 32K-96K
-# tokens read at the recorded budget (research/notes, 2026-11-27)
-RECIPE = {"documents": 120, "lengths": (4000, 16000), "facts": (4, 10), "crowded": 0, "crowded_facts": (8, 12),
-          "long": 0, "long_lengths": (32000, 96000), "long_facts": (8, 12), "steps": 1200, "rank": 8, "lr": 1e-3}
+# 80 crowded ones, whose facts share one code and one role; 20 of 32K-96K tokens read at the recorded budget; and
+# only the questions whose value 30% or more of a read's (layer, KV head) pairs keep (research/notes, 2026-11-27)
+RECIPE = {"documents": 120, "lengths": (4000, 16000), "facts": (4, 10), "crowded": 80, "crowded_facts": (8, 12),
+          "long": 20, "long_lengths": (32000, 96000), "long_facts": (8, 12), "steps": 2500, "rank": 8, "lr": 1e-3,
+          "min_kept_share": 0.3}
 
 
 def pair(text: str) -> tuple[int, int]:
@@ -55,6 +56,8 @@ def main() -> None:
     parser.add_argument("--long", type=int, default=RECIPE["long"],
                         help="documents more, of --long-lengths tokens, read at the recorded budget")
     parser.add_argument("--long-lengths", type=pair, default=RECIPE["long_lengths"], help="MIN,MAX tokens")
+    parser.add_argument("--min-kept-share", type=float, default=RECIPE["min_kept_share"],
+                        help="skip questions whose value fewer of a read's (layer, KV head) pairs keep")
     parser.add_argument("--steps", type=int, default=RECIPE["steps"])
     parser.add_argument("--rank", type=int, default=RECIPE["rank"])
     parser.add_argument("--seed", type=int, default=0)
@@ -81,7 +84,8 @@ def main() -> None:
         reader_data.write(paragraphs, data, batches, args.seed)
         print(f"wrote {sum(b.count for b in batches)} documents from {len(paragraphs)} paragraphs to {data}",
               flush=True)
-    config = ReaderConfig(steps=args.steps, rank=args.rank, lr=RECIPE["lr"], seed=args.seed)
+    config = ReaderConfig(steps=args.steps, rank=args.rank, lr=RECIPE["lr"], seed=args.seed,
+                          min_kept_share=args.min_kept_share)
     if not args.install_only:
         train(session, data, args.out, config)
     if not args.no_install:
@@ -99,8 +103,9 @@ def train(session, data: Path, out: Path, config: ReaderConfig) -> None:
         on_read=lambda done, total: print(f"read {done}/{total} ({time.time() - started:.0f} s)", flush=True),
         on_step=lambda r: r.step % 50 == 0 and print(f"step {r.step}/{r.steps} loss {r.loss:.4f} {r.seconds:.0f} s",
                                                      flush=True))
-    print(f"trained {summary.steps} steps in {summary.seconds:.0f} s after {summary.read_s:.0f} s of reads; "
-          f"loss {summary.final_loss:.4f}; peak RSS {summary.peak_bytes / 2**20:.0f} MiB", flush=True)
+    print(f"trained {summary.steps} steps in {summary.seconds:.0f} s after {summary.read_s:.0f} s of reads "
+          f"({summary.skipped} questions skipped); loss {summary.final_loss:.4f}; "
+          f"peak RSS {summary.peak_bytes / 2**20:.0f} MiB", flush=True)
 
 
 def install(out: Path, model, config: ReaderConfig, data: dict) -> None:

@@ -1,5 +1,6 @@
 """Training records for SmolLM2's reader: real prose from the training packages with facts at random depths, and
-every fact's question with the sentence that answers it ("The gate code of the north depot is 4821.").
+every fact's question with the sentence that answers it ("The gate code of the north depot is 4821.") and
+the value it states ("4821").
 
 Records come in batches (`Batch`), each its own length range and number of facts. A batch may be crowded (many facts
 of one code and one role, which only their places tell apart, as in a long document that names the gate codes of a
@@ -38,7 +39,7 @@ def record(paragraphs: list[str], tokens: int, rng: random.Random, facts: tuple[
     depths = [rng.uniform(0.02, 0.98) for _ in chosen]
     document = documents.build(paragraphs, tokens, chosen, rng.randrange(2**31), depths=depths)
     return {"document": document.text,
-            "questions": [{"question": f.question, "answer": reply(f)} for f in document.facts]}
+            "questions": [{"question": f.question, "answer": reply(f), "value": f.answer} for f in document.facts]}
 
 
 def write(paragraphs: list[str], out: Path, batches: list[Batch], seed: int) -> Path:
