@@ -21,12 +21,11 @@ FORMAT_NAME = "locret-reader"
 FORMAT_VERSION = 1
 
 
-def save_reader(reader: ReaderAdapter, directory: str | Path, model, extra: dict | None = None,
-                dtype: torch.dtype = torch.float32) -> None:
-    """Write `reader` (trained for `model`) into `directory`, created if needed; the factors in `dtype`."""
+def save_reader(reader: ReaderAdapter, directory: str | Path, model, extra: dict | None = None) -> None:
+    """Write `reader` (trained for `model`) into `directory`, created if needed; the factors in fp32."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    tensors = {name: t.to("cpu", dtype).contiguous() for name, t in reader.tensors().items()}
+    tensors = {name: t.to("cpu", torch.float32).contiguous() for name, t in reader.tensors().items()}
     save_file(tensors, str(directory / READER_WEIGHTS))
     meta = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "rank": reader.rank, "alpha": reader.alpha,
             "model_identity": weights_identity(model), **(extra or {})}
