@@ -46,8 +46,8 @@ def rss_mib() -> float:
 def measure(model: str, dtype: str, loading: dict, reading_settings: dict, prose_packages: Path | None) -> dict:
     from benchmarks.smollm2.evaluate import dev_documents
     from locret_cli.api import load_session
+    from locret_cli.bench.tasks import contains_match
     from recipes import prose
-    from recipes.smollm2 import documents
 
     started = time.perf_counter()
     session = load_session(model, device="cpu", dtype=dtype, **loading)
@@ -60,7 +60,7 @@ def measure(model: str, dtype: str, loading: dict, reading_settings: dict, prose
     reading = session.read(f.name, session.read_settings(**reading_settings))
     results = [reading.ask(fact.question, session.answer_settings(max_new_tokens=32)) for fact in document.facts]
     os.unlink(f.name)
-    right = sum(documents.answered(r.answer, fact.answer) for r, fact in zip(results, document.facts))
+    right = sum(contains_match(r.answer, fact.answer) for r, fact in zip(results, document.facts))
     return {"load_s": load_s, "rss_after_load_mib": loaded_rss, "peak_rss_load_mib": load_peak,
             "parameter_mib": weights, "tokens": reading.document.tokens,
             "read_tok_s": reading.document.tokens / reading.read_s,

@@ -63,6 +63,10 @@ def test_facts_documents_hold_every_fact_asked():
 def test_exact_and_contains_scoring():
     assert exact_match(" Paris. ", "paris") and not exact_match("Paris, France", "Paris")
     assert contains_match("It is Paris, France", "paris") and not contains_match("Lyon", "Paris")
+    assert contains_match("The pass key is 70217.", "70217") and contains_match("(70217)", "70217")
+    assert not contains_match("The pass key is 702177.", "70217")  # a longer number is another number
+    assert not contains_match("The code is 1702 17", "70217") and not contains_match("Parisian", "Paris")
+    assert contains_match("Ms. Lucia Kowalski-Brown", "lucia kowalski") and contains_match("at 3.5 m", "3.5")
 
 
 def test_a_generated_question_also_accepts_its_statement_as_the_answer():

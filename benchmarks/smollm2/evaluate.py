@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 
 from locret_cli.api import Session, load_session
+from locret_cli.bench.tasks import contains_match
 from locret_cli.core.heads import RetainingHeads
 from recipes import prose
 from recipes.smollm2 import documents
@@ -88,7 +89,7 @@ def run(session: Session, length: int, policy: str, paragraphs: list[str], out: 
             rows.append({"length": length, "policy": policy, "document": index, "tokens": result.document.tokens,
                          "kind": fact.kind, "depth": round(depth, 3), "question": fact.question,
                          "expected": fact.answer, "answer": result.answer,
-                         "correct": documents.answered(result.answer, fact.answer),
+                         "correct": contains_match(result.answer, fact.answer),
                          "settings": asdict(settings), "answering": asdict(answering),
                          "reread": None if result.windows is None else [w.to_json() for w in result.windows],
                          "read_for": list(result.read_for),

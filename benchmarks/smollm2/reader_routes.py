@@ -22,7 +22,8 @@ as each document finishes; a rerun skips the configurations a document has rows 
 
 `--model gemma3-270m` measures Gemma 3 270M the same way (it has no reader: the configurations without one).
 `--oracle fact+heads` or `fact+recent` reads each dev document with a fact-kept oracle (`fact_oracles.py`), and rows
-name it as their policy; `--budget` and `--span` change the read's settings. Give each variant its own --out.
+name it as their policy; `--budget`, `--span` and `--lazy-after` change the read's settings. Give each variant its
+own --out.
 """
 
 from __future__ import annotations
@@ -36,10 +37,10 @@ from pathlib import Path
 
 from benchmarks.smollm2.fact_oracles import ORACLES, fact_oracle
 from locret_cli.api import Session, load_session
-from locret_cli.bench.tasks import Question, kinds_samples
+from locret_cli.bench.tasks import Question, contains_match, kinds_samples
 from locret_cli.core.measure import peak_memory
-from locret_cli.models.heads_files import load_heads
 from locret_cli.inputs.documents import text_document
+from locret_cli.models.heads_files import load_heads
 from recipes import prose
 
 CONFIGS = {  # name: (answer settings changed, with the reader)
@@ -93,7 +94,7 @@ def run(session: Session, policy: str, sets: list[str], lengths: list[int], coun
                                      "time_to_first_token_s": result.time_to_first_token_s - reading.read_s,
                                      "peak_bytes": peak_memory(session.loaded.model.device)[0],
                                      "settings": {"budget": settings.budget, "chunk_size": settings.chunk_size,
-                                                  "span": settings.span},
+                                                  "span": settings.span, "lazy_after": settings.lazy_after},
                                      "finished_at": time.time()})
                 with out.open("a") as log:
                     log.writelines(json.dumps(row) + "\n" for row in rows)
@@ -105,7 +106,10 @@ def run(session: Session, policy: str, sets: list[str], lengths: list[int], coun
 
 
 def read_rows(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    """The rows of `path`, each scored again from its answer by today's `contains_match`."""
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    return [{**row, "correct": all(contains_match(row["answer"], value) for value in row["expected"])}
+            for row in rows]
 
 
 def report(rows: list[dict]) -> str:
@@ -142,6 +146,7 @@ def main() -> None:
     parser.add_argument("--heads", help="other heads, read with the shipped heads' recorded settings")
     parser.add_argument("--budget", type=int)
     parser.add_argument("--span", type=int, help="keep entries in blocks of this many tokens (--span)")
+    parser.add_argument("--lazy-after", type=int, help="lazy prefill above this many layers (--lazy-after)")
     parser.add_argument("--prose-packages", type=Path, default=Path("runs/prose-packages"))
     parser.add_argument("--configs", default=",".join(CONFIGS), help="the configurations to run")
     parser.add_argument("--report", action="store_true")
@@ -151,7 +156,8 @@ def main() -> None:
         if args.heads:
             session = Session(session.loaded, load_heads(args.heads, session.loaded.model), session.policy,
                               session.reader)
-        overrides = {name: value for name, value in (("budget", args.budget), ("span", args.span)) if value}
+        given = (("budget", args.budget), ("span", args.span), ("lazy_after", args.lazy_after))
+        overrides = {name: value for name, value in given if value}
         if args.oracle and args.sets != "dev":
             parser.error("--oracle needs the facts' sentences: --sets dev")
         run(session, args.policy, args.sets.split(","), [int(n) for n in args.lengths.split(",")],

@@ -28,6 +28,7 @@ from locret_cli.api.pending_read import PendingRead, sized
 from locret_cli.api.routes import Drafted, Turn, route_for
 from locret_cli.checks.grounding import DocumentText
 from locret_cli.core.citations import kept_per_unit
+from locret_cli.core.document_numbers import DocumentNumbers, NumberTokens
 from locret_cli.core.engine import Engine, Progress
 from locret_cli.core.measure import cache_by_kind, full_cache_bytes, peak_memory
 from locret_cli.core.settings import AnswerSettings, ReadSettings
@@ -113,6 +114,8 @@ class Reading:
         `on_read` (so a caller's progress bar opens only then)."""
         check_question(question)
         chosen = answering or self.answering
+        if chosen.numbers_from_document and self.engine.numbers is None and self.input_ids is not None:
+            self.engine.numbers = DocumentNumbers.of(self.document_text().where, NumberTokens.of(self.tokenizer))
         turn = Turn(question, conversation_ids(self.tokenizer, history, question), chosen, sources, on_token, on_read)
         drafted = route_for(chosen).answer(self, turn)
         return self._result(turn, drafted, check_answer(self, question, drafted, sources))

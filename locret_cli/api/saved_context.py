@@ -30,7 +30,7 @@ from locret_cli.core.settings import AnswerSettings, ReadSettings, names
 from locret_cli.core.sources import SourceMap
 from locret_cli.errors import LocretError, SettingError
 from locret_cli.files import check_output, replacing
-from locret_cli.inputs.prompt import line_end_ids, stop_token_ids
+from locret_cli.inputs.prompt import line_end_ids, stop_token_ids, word_ids
 from locret_cli.models.fingerprint import heads_fingerprint, model_identity, tokenizer_fingerprint
 
 FORMAT, VERSION = "locret-context", 1
@@ -146,7 +146,8 @@ def load_reading(path: str | Path, model, tokenizer, model_name: str, heads=None
         raise LocretError(f"{path} is corrupted: its tensors do not match the checksum written with them")
     settings = ReadSettings(**{k: v for k, v in header["settings"].items() if k in names(ReadSettings)})
     engine = Engine(model, SavedPolicy(header["policy"]), settings, stop_token_ids(model, tokenizer),
-                    len(header["prefix_ids"]), answering, line_ends=line_end_ids(tokenizer))
+                    len(header["prefix_ids"]), answering, line_ends=line_end_ids(tokenizer),
+                    words=word_ids(tokenizer))
     try:
         restore_cache(engine, tensors, header)
         source_map = SourceMap(header["units"], *(tensors[f"units.{n}"].tolist() for n in UNIT_TENSORS))

@@ -23,7 +23,7 @@ from locret_cli.core.settings import DEFAULT_POLICY, AnswerSettings, ReadSetting
 from locret_cli.core.sources import SourceMap, TokenChunk
 from locret_cli.errors import SettingError
 from locret_cli.inputs.documents import Document, open_document, token_chunks
-from locret_cli.inputs.prompt import conversation_ids, line_end_ids, prompt_layout, stop_token_ids
+from locret_cli.inputs.prompt import conversation_ids, line_end_ids, prompt_layout, stop_token_ids, word_ids
 from locret_cli.inputs.questions import check_question
 from locret_cli.models.heads_files import load_heads
 from locret_cli.models.loading import LoadedModel, load_model
@@ -49,6 +49,11 @@ class Session:
     def line_ends(self) -> frozenset[int]:
         """Where a base model's answer ends (`prompt.line_end_ids`); found once per session."""
         return line_end_ids(self.loaded.tokenizer)
+
+    @functools.cached_property
+    def word_ids(self) -> frozenset[int]:
+        """The word tokens an answer with `word_repeats` off never repeats (`prompt.word_ids`); found once."""
+        return word_ids(self.loaded.tokenizer)
 
     def read_settings(self, warn: Callable[[SettingError], None] = lambda _: None, **given) -> ReadSettings:
         """Read settings from, in order: `given` (None values ignored), the model's recorded defaults, the global
@@ -124,7 +129,7 @@ class Session:
             check_question(question)
         question_ids = conversation_ids(tokenizer, (), "\n".join(read_for)) if read_for else None
         engine = Engine(model, policy, settings, stop_token_ids(model, tokenizer), len(prefix), answering,
-                        question_ids, self.line_ends)
+                        question_ids, self.line_ends, self.word_ids)
         engine.reader = self.reader
         source_map = SourceMap("page" if document.kind == "pdf" else "lines")
         reset_peak(model.device)

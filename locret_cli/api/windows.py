@@ -148,7 +148,8 @@ def read_and_answer(reader: Engine, tokenizer, input_ids: torch.Tensor, spans: l
     settings = ReadSettings(budget=len(ids), chunk_size=reader.settings.chunk_size, stabilizers=0,
                             positions="original")
     engine = Engine(reader.model, FullPolicy(), settings, reader.stop_ids, reader.pinned, answering,
-                    line_ends=reader.line_ends)
+                    line_ends=reader.line_ends, words=reader.words)
+    engine.numbers = reader.numbers
     size, started = settings.chunk_size, engine.clock()
     engine.read(TokenChunk(ids[i:i + size], None, None, 0) for i in range(0, len(ids), size))
     read_s = engine.clock() - started

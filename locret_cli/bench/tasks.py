@@ -15,6 +15,7 @@ model trained on the "train" side never saw them.
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -144,7 +145,12 @@ def exact_match(answer: str, expected: str) -> bool:
 
 
 def contains_match(answer: str, expected: str) -> bool:
-    return normalise(expected) in normalise(answer)
+    """Whether `answer` holds `expected` whole, case and spacing aside: not as part of a longer number or word
+    ("The pass key is 702177." does not hold 70217)."""
+    answer, expected = normalise(answer), normalise(expected)
+    before = r"(?<![^\W_])" if expected[:1].isalnum() else ""
+    after = r"(?![^\W_])" if expected[-1:].isalnum() else ""
+    return re.search(before + re.escape(expected) + after, answer) is not None
 
 
 def normalise(text: str) -> str:

@@ -17,6 +17,7 @@ import torch
 from locret_cli.core.cache import LocretCache
 from locret_cli.core.cache_attention import applies_to, use_cache_attention
 from locret_cli.core.capture import capture_qkv
+from locret_cli.core.document_numbers import DocumentNumbers
 from locret_cli.core.citations import AttentionTally
 from locret_cli.core.decode_step import DecodeStep
 from locret_cli.core.lazy_prefill import check_lazy, flowing_tokens, lazy_layers
@@ -34,6 +35,7 @@ from locret_cli.errors import SettingError
 QUESTION_ALLOWANCE = 256  # tokens a question is assumed to take when a document is read before it is asked
 SLIDE_SLACK = 64  # while answering, a sliding layer drops its oldest entries once it holds this many too many
 LAZY_SHAPES = 16  # lazy prefill: at most this many token counts flow above the cut (`flowing_tokens`' step)
+NUMBER_TRIES = 32  # numbers_from_document passes over at most this many tokens for one step
 
 
 @dataclass
@@ -76,11 +78,12 @@ class Engine:
     follow it; their entries are dropped before eviction, so the cache never holds them.
 
     An answer ends at a token of `stop_ids`, and, once it has begun, at one of `line_ends` (a base model's answer is
-    one line: `prompt.line_end_ids`)."""
+    one line: `prompt.line_end_ids`). With `word_repeats` off, a token of `words` (`prompt.word_ids`) never follows
+    itself."""
 
     def __init__(self, model, policy: Policy, settings: ReadSettings, stop_ids: set[int], pinned: int = 0,
                  answering: AnswerSettings = AnswerSettings(), question_ids: list[int] | None = None,
-                 line_ends: frozenset[int] = frozenset()):
+                 line_ends: frozenset[int] = frozenset(), words: frozenset[int] = frozenset()):
         if policy.reads_question and not question_ids:
             raise SettingError("the {policy} {policy_value} policy reads the document with its questions: ask "
                                "FILE QUESTION, or give {questions}", policy_value=policy.name)
@@ -95,7 +98,8 @@ class Engine:
             settings = replace(settings, lazy_after=max(1, layers // 4))
         check_lazy(settings, policy, layers, sliding=any(windows))
         self.model, self.policy, self.settings, self.stop_ids, self.pinned = model, policy, settings, stop_ids, pinned
-        self.line_ends = line_ends
+        self.line_ends, self.words = line_ends, words
+        self.numbers: DocumentNumbers | None = None  # what numbers_from_document allows (`Reading.ask` sets it)
         self.answering = answering
         self.read_question_ids = list(question_ids or []) if policy.reads_question else []
         if self.read_question_ids:
@@ -139,7 +143,7 @@ class Engine:
                 answering.enter_context(observe_attention(self.model, tally.observe))
             logits = self.forward(question_ids, score=False)
             self.cache.slide(slack=SLIDE_SLACK)
-            first = self.pick(logits)
+            first = self.choose(logits, [])
             first_token_at = self.clock()
             tokens, steps = self.decode(first, on_token)
         end = self.clock()
@@ -264,8 +268,8 @@ class Engine:
 
     def decode(self, first: int, on_token: Callable[[int], None] | None = None) -> tuple[list[int], int]:
         """Greedy (or sampled) decoding from `first` until a stop token (or a line end, once the answer has begun) or
-        max_new_tokens, or, with stop_repeats, until
-        the answer repeats a run of tokens right after itself (the repeat is dropped); returns (tokens, steps)."""
+        max_new_tokens, or, with stop_repeats, until the answer repeats a run of tokens right after itself (the repeat
+        is dropped); each token is `choose`n; returns (tokens, steps)."""
         tokens, steps, token = [], 0, first
         while token not in self.stop_ids and not (tokens and token in self.line_ends):
             tokens.append(token)
@@ -276,10 +280,25 @@ class Engine:
             if self.answering.stop_repeats and (period := repeated_run(tokens, self.answering.stop_repeats)):
                 del tokens[-period:]
                 break
-            token = self.pick(self.forward([token], score=False))
+            token = self.choose(self.forward([token], score=False), tokens)
             self.cache.slide(slack=SLIDE_SLACK)
             steps += 1
         return tokens, steps
+
+    def choose(self, logits: torch.Tensor, answer: list[int]) -> int:
+        """The next token after `answer` (`pick`), none that the answer settings rule out: with word_repeats off, the
+        word just given; with numbers_from_document on (and `numbers` known), a digit that would make a number the
+        document does not hold (at most NUMBER_TRIES tokens are passed over)."""
+        if not self.answering.word_repeats and answer and answer[-1] in self.words:
+            logits[answer[-1]] = -torch.inf
+        token = self.pick(logits)
+        if self.answering.numbers_from_document and self.numbers is not None:
+            for _ in range(NUMBER_TRIES):
+                if self.numbers.allows(answer, token):
+                    break
+                logits[token] = -torch.inf
+                token = self.pick(logits)
+        return token
 
     def pick(self, logits: torch.Tensor) -> int:
         """Next token from logits (vocab,): argmax at temperature 0, else top-p sampling."""

@@ -102,6 +102,15 @@ class AnswerSettings:
     seed: int = setting(0, "Seed for sampling.")
     stop_repeats: int = setting(0, "Stop an answer that repeats a run of this many tokens or more right after "
                                    "itself, dropping the repeat; 0: off.", minimum=0)
+    word_repeats: bool = setting(True, "Let an answer give the same word twice in a row; off: where the likeliest "
+                                       "next token repeats the word just given (\"the pass pass\"), the next likeliest "
+                                       "is taken. Numbers, punctuation and pieces of words may always repeat.",
+                                 flag="--word-repeats/--no-word-repeats")
+    numbers_from_document: bool = setting(False, "Give only numbers the document holds: where the likeliest next "
+                                                 "digit would make a number that no number of the document begins "
+                                                 "with, the next likeliest token is taken. Off: any number, as an "
+                                                 "answer that computes one needs.",
+                                          flag="--numbers-from-document/--any-numbers")
     reread: int = setting(0, "Answer from this many windows of the document read again whole, where --locate "
                              "places them; 0: off (the bounded cache answers).", minimum=0)
     reread_tokens: int = setting(1024, "Tokens per re-read window.", minimum=1)

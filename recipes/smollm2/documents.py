@@ -78,7 +78,3 @@ def build(paragraphs: list[str], tokens: int, facts: list[Fact], seed: int, char
         body.insert(min(len(body), round(depth * len(body))) + offset, fact.statement)
     return Document("\n\n".join(body), [f for _, f in placed], [d for d, _ in placed])
 
-
-def answered(answer: str, expected: str) -> bool:
-    """Contains-match, ignoring case."""
-    return expected.lower() in answer.lower()

@@ -20,6 +20,7 @@ import torch
 
 from benchmarks.smollm2.evaluate import dev_documents
 from locret_cli.api import Session, load_session
+from locret_cli.bench.tasks import contains_match
 from locret_cli.core.capture import capture_qkv
 from locret_cli.inputs.prompt import end_of_turn_id, prompt_layout, question_text
 from locret_cli.inputs.tokenizer import encode_text
@@ -86,7 +87,7 @@ def budgets(session: Session, paragraphs: list[str], choices: list[str]) -> None
                 reading = session.read(f.name, session.read_settings(budget=budget, score_pool=pool))
             for fact in document.facts:
                 answer = reading.ask(fact.question, session.answer_settings(max_new_tokens=24)).answer
-                right += documents.answered(answer, fact.answer)
+                right += contains_match(answer, fact.answer)
                 total += 1
         print(f"budget {budget}, score pool {pool}: {right}/{total}", flush=True)
 

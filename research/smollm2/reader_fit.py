@@ -18,10 +18,11 @@ from pathlib import Path
 
 from locret_cli.api import load_session
 from locret_cli.api.saved_context import save_reading
+from locret_cli.bench.tasks import contains_match
 from locret_cli.inputs.documents import text_document
 from locret_cli.training.reader_trainer import ReaderConfig, ReaderTrainer, load_reader_records
 from recipes import prose
-from recipes.smollm2 import documents, reader_data
+from recipes.smollm2 import reader_data
 from recipes.smollm2.heads_data import replied_value
 
 
@@ -39,7 +40,7 @@ def accuracy(readings, records, reader, label: str, log) -> float:
         for item in record["questions"]:
             answer = reading.ask(item["question"], answering, sources=0).answer
             expected = replied_value(item["answer"])
-            ok = documents.answered(answer, expected)
+            ok = contains_match(answer, expected)
             right, total = right + ok, total + 1
             log.write(json.dumps({"set": label, "question": item["question"], "expected": expected,
                                   "answer": answer, "correct": ok}) + "\n")

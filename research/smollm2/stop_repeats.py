@@ -16,9 +16,9 @@ from pathlib import Path
 
 from transformers import AutoTokenizer
 
+from locret_cli.bench.tasks import contains_match
 from locret_cli.core.engine import repeated_run
 from locret_cli.models.named import KNOWN, packaged_file
-from recipes.smollm2 import documents
 
 
 def stopped(tokens: list[int], shortest: int) -> list[int]:
@@ -48,7 +48,7 @@ def main() -> None:
             tokens = tokenizer.encode(row["answer"], add_special_tokens=False)
             kept = stopped(tokens, shortest)
             answer = tokenizer.decode(kept, skip_special_tokens=True).strip()
-            right = documents.answered(answer, row["expected"])
+            right = contains_match(answer, row["expected"])
             cut += len(kept) < len(tokens)
             before, after = before + row["correct"], after + right
             lost += row["correct"] and not right

@@ -30,7 +30,6 @@ def test_facts_sit_at_their_depths_and_their_answers_are_stated():
         at = document.text.index(fact.statement) / len(document.text)
         assert abs(at - depth) < 0.1 and fact.answer in fact.statement
     assert documents.build(PROSE, 2000, facts, seed=7).text == document.text  # seeded
-    assert documents.answered("It is 4821.", "4821") and not documents.answered("It is 482.", "4821")
 
 
 def test_records_ask_for_every_fact_they_hold(tmp_path):
