@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from locret_cli.core.document_numbers import SPACE_FORMS
 from locret_cli.errors import LocretError
 from locret_cli.inputs.tokenizer import encode_text
 
@@ -133,16 +134,13 @@ def line_end_ids(tokenizer) -> frozenset[int]:
     return frozenset(i for i in candidates if "\n" in tokenizer.decode([i]))
 
 
-WORD_START_FORMS = (" ", "Ġ", "▁")  # a space before a token in a vocabulary: as text, byte-level BPE, SentencePiece
-
-
 def word_ids(tokenizer) -> frozenset[int]:
     """The tokens that are a space and a word of the letters a-z, either case (" pass"): those that `word_repeats`
     off keeps an answer from giving twice in a row. Numbers, punctuation and pieces of words are not among them."""
     if not hasattr(tokenizer, "get_vocab"):
         return frozenset()
     return frozenset(i for token, i in tokenizer.get_vocab().items()
-                     if token[:1] in WORD_START_FORMS and token[1:].isascii() and token[1:].isalpha())
+                     if token[:1] in SPACE_FORMS and token[1:].isascii() and token[1:].isalpha())
 
 
 def _render(tokenizer, messages: list[dict], add_generation_prompt: bool) -> str:
