@@ -91,3 +91,17 @@ def test_a_reading_gives_only_its_documents_numbers_once_asked_to(session_and_pa
     assert set(re.findall(r"\d+", free.answer)) - reading.engine.numbers.starts  # the model's own numbers: not held
     assert all(run in reading.engine.numbers.starts for run in re.findall(r"\d+", held.answer))
     assert held.answer != free.answer
+
+
+def test_the_embedded_tokenizer_has_word_and_digit_tokens():
+    """Both answer settings read the vocabulary; the embedded model's tiktoken tokenizer gives it as transformers'
+    tokenizers do."""
+    from locret_cli.inputs.prompt import word_ids
+    from locret_cli.inputs.tokenizer import TiktokenTokenizer
+    from locret_cli.models.embedded import EMBEDDED_DIR
+
+    tokenizer = TiktokenTokenizer.from_file(EMBEDDED_DIR / "tokenizer.tiktoken")
+    the, seven = tokenizer.encode(" the"), tokenizer.encode(" 7")
+    assert len(the) == 1 and the[0] in word_ids(tokenizer)
+    numbers = NumberTokens.of(tokenizer)
+    assert len(seven) == 1 and numbers.digits[seven[0]] == "7" and seven[0] in numbers.spaced

@@ -50,11 +50,6 @@ class Session:
         """Where a base model's answer ends (`prompt.line_end_ids`); found once per session."""
         return line_end_ids(self.loaded.tokenizer)
 
-    @functools.cached_property
-    def word_ids(self) -> frozenset[int]:
-        """The word tokens an answer with `word_repeats` off never repeats (`prompt.word_ids`); found once."""
-        return word_ids(self.loaded.tokenizer)
-
     def read_settings(self, warn: Callable[[SettingError], None] = lambda _: None, **given) -> ReadSettings:
         """Read settings from, in order: `given` (None values ignored), the model's recorded defaults, the global
         defaults. Stabilizers that do not fit the budget are clipped, and `warn` hears why."""
@@ -129,7 +124,7 @@ class Session:
             check_question(question)
         question_ids = conversation_ids(tokenizer, (), "\n".join(read_for)) if read_for else None
         engine = Engine(model, policy, settings, stop_token_ids(model, tokenizer), len(prefix), answering,
-                        question_ids, self.line_ends, self.word_ids)
+                        question_ids, self.line_ends, word_ids(tokenizer))
         engine.reader = self.reader
         source_map = SourceMap("page" if document.kind == "pdf" else "lines")
         reset_peak(model.device)

@@ -11,6 +11,7 @@ Separators between digit groups ("4,821") continue a number; a space or any othe
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -28,6 +29,7 @@ class NumberTokens:
     separators: frozenset[int]
 
     @classmethod
+    @functools.lru_cache(maxsize=4)  # one scan of the vocabulary per tokenizer, not per document
     def of(cls, tokenizer) -> NumberTokens:
         vocab = tokenizer.get_vocab() if hasattr(tokenizer, "get_vocab") else {}
         digits, spaced, separators = {}, set(), set()

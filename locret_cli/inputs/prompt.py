@@ -6,6 +6,7 @@ training prompt) is encoded with `encode_text`, so a `<|im_end|>` inside a docum
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -134,6 +135,7 @@ def line_end_ids(tokenizer) -> frozenset[int]:
     return frozenset(i for i in candidates if "\n" in tokenizer.decode([i]))
 
 
+@functools.lru_cache(maxsize=4)  # one scan of the vocabulary per tokenizer, not per document
 def word_ids(tokenizer) -> frozenset[int]:
     """The tokens that are a space and a word of the letters a-z, either case (" pass"): those that `word_repeats`
     off keeps an answer from giving twice in a row. Numbers, punctuation and pieces of words are not among them."""

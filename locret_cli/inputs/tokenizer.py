@@ -83,6 +83,12 @@ class TiktokenTokenizer:
     def __len__(self) -> int:
         return self.encoding.n_vocab
 
+    def get_vocab(self) -> dict[str, int]:
+        """Each token's text and id, as transformers' tokenizers give them (bytes that are no text alone show as
+        U+FFFD), so the vocabulary's word and digit tokens can be found the same way."""
+        ranks = self.encoding._mergeable_ranks
+        return {token.decode("utf-8", errors="replace"): rank for token, rank in ranks.items()}
+
     def encode(self, text: str, add_special_tokens: bool = False, split_special_tokens: bool = False) -> list[int]:
         """Token ids of `text`. As in transformers, special-token strings in it become their ids unless
         `split_special_tokens` is True; then they are ordinary text. Untrusted text goes through `encode_text`."""
