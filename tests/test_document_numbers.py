@@ -12,6 +12,7 @@ from test_pending_read import SETTINGS, UNLOCATED, WORDS, session_and_path  # no
 from tokenizers import Tokenizer, models
 from transformers import PreTrainedTokenizerFast
 
+from locret_cli.api.reading import NUMBERS_NEED_TOKENS
 from locret_cli.core.document_numbers import DocumentNumbers, NumberTokens
 from locret_cli.core.engine import Engine
 from locret_cli.core.policies import make_policy
@@ -91,6 +92,21 @@ def test_a_reading_gives_only_its_documents_numbers_once_asked_to(session_and_pa
     assert set(re.findall(r"\d+", free.answer)) - reading.engine.numbers.starts  # the model's own numbers: not held
     assert all(run in reading.engine.numbers.starts for run in re.findall(r"\d+", held.answer))
     assert held.answer != free.answer
+    assert NUMBERS_NEED_TOKENS not in held.warnings
+
+
+def test_a_reading_without_its_tokens_warns_that_any_number_may_be_given(session_and_path, tmp_path):  # noqa: F811
+    session, _ = session_and_path
+    path = tmp_path / "code.txt"
+    path.write_text("The lamp of the north room is green. " * 20 + "The gate code is 70217. " + "Rain fell. " * 20)
+    reading = session.read(str(path), SETTINGS)
+    reading.input_ids = None  # as a context saved without the document's tokens
+    off = replace(WORDS, reread=0, max_new_tokens=48)
+    free = reading.ask(UNLOCATED, off)
+    held = reading.ask(UNLOCATED, replace(off, numbers_from_document=True))
+    assert reading.engine.numbers is None and held.answer == free.answer
+    assert NUMBERS_NEED_TOKENS in held.warnings and NUMBERS_NEED_TOKENS not in free.warnings
+    assert reading.answer_warnings(UNLOCATED, replace(off, numbers_from_document=True)) == [NUMBERS_NEED_TOKENS]
 
 
 def test_the_embedded_tokenizer_has_word_and_digit_tokens():

@@ -39,6 +39,8 @@ from locret_cli.inputs.questions import check_question
 from locret_cli.models.loading import QuestionForms
 
 SOURCES_SHOWN = 3
+NUMBERS_NEED_TOKENS = ("--numbers-from-document needs the document's tokens, which this context was saved without: "
+                       "the answer may give any number (read the document again to keep them)")
 
 
 @dataclass
@@ -82,10 +84,14 @@ class Reading:
         self.read_s += took
         self.document.read_s += took
 
-    def question_warnings(self, question: str) -> list[str]:
-        """Warnings about `question` itself: a question the model was not trained to answer (embedded model)."""
+    def answer_warnings(self, question: str, answering: AnswerSettings | None = None) -> list[str]:
+        """Warnings about answering `question` with `answering` (None: the recorded settings): a question the model
+        was not trained to answer (embedded model), or a setting this Reading cannot honour."""
         warning = self.forms.warning(question) if self.forms else None
-        return [warning] if warning else []
+        warnings = [warning] if warning else []
+        if (answering or self.answering).numbers_from_document and self.input_ids is None:
+            warnings.append(NUMBERS_NEED_TOKENS)
+        return warnings
 
     @property
     def settings(self) -> ReadSettings:
@@ -156,7 +162,7 @@ class Reading:
             decode_tokens_per_s=generation.decode_steps / generation.decode_s if generation.decode_steps else None,
             time_to_first_token_s=self.read_s + generation.time_to_first_token_s,
             total_s=self.read_s + answer_s,
-            warnings=list(self.warnings) + self.question_warnings(turn.question),
+            warnings=list(self.warnings) + self.answer_warnings(turn.question, turn.answering),
             compute=self.compute,
             windows=drafted.windows,
             read_for=self.read_for,

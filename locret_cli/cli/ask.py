@@ -115,7 +115,7 @@ def ask(
         err.print(f"[yellow]warning:[/] {message}")
     results = []
     for text in asked:
-        for message in [] if quiet else reading.question_warnings(text):
+        for message in [] if quiet else reading.answer_warnings(text, answering):
             err.print(f"[yellow]warning:[/] {message}")
         with DocumentProgress(err, enabled=not quiet) as bar:  # opens only if this answer runs the bounded read
             result = reading.ask(text, answering, sources=0 if no_sources else SOURCES_SHOWN, on_read=bar.update)

@@ -80,7 +80,7 @@ def run_chat(conversation, read_line: Callable[[], str], out: Console, err: Cons
             if line.startswith("/"):
                 command(conversation, line, out, err, heads)
                 continue
-            for message in conversation.reading.question_warnings(line):
+            for message in conversation.reading.answer_warnings(line, conversation.answering):
                 err.print(f"[yellow]warning:[/] {message}")
             answer_turn(conversation, line, out, err)
         except LocretError as exc:
