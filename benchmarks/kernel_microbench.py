@@ -4,6 +4,8 @@
                                                        # (locret packs only one-row products: decoding)
     python benchmarks/kernel_microbench.py chain     # all linears of one SmolLM2-shaped decode step, 1 and 2 threads
     python benchmarks/kernel_microbench.py sdpa      # one layer's chunk attention, with and without its mask
+    python benchmarks/kernel_microbench.py chunk     # one layer's chunk attention as the engine runs it: torch's
+                                                       # flash kernels (split) against locret's AVX-512 BF16 kernel
     python benchmarks/kernel_microbench.py one-query # a decode step's attention: bf16 SDPA, cast to fp32, two bf16
                                                        # products around an fp32 softmax, or bf16 flash attention with
                                                        # the heads that share a KV head stacked as queries
@@ -102,6 +104,28 @@ def sdpa() -> None:
             print(f"| {chunk:,} | {kept:,} | {str(dtype).removeprefix('torch.')} | " + " | ".join(cells) + " |")
 
 
+def chunk() -> None:
+    """One layer's chunk attention in bf16 as `cache_attention` computes it: torch's two flash calls merged
+    (`split_attention`) and locret's kernel (`runtime/native_attention.py`), for SmolLM2's heads (9 over 3) and the
+    embedded model's (4 over 2)."""
+    from locret_cli.core.cache_attention import split_attention
+    from locret_cli.runtime.native_attention import built_kernel
+
+    kernel = built_kernel()
+    if kernel is None:
+        raise SystemExit("locret's kernel is not built here (no AVX-512 BF16, or no C compiler)")
+    print("| heads / KV heads | chunk | kept | torch's flash, split | locret's kernel | ratio |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for heads, kv_heads, length, kept in ((9, 3, 512, 1024), (9, 3, 1024, 4096), (4, 2, 512, 1024)):
+        total = length + kept
+        flops = 4 * heads * 64 * length * (kept + length / 2)
+        q = torch.randn(1, length, heads, 64, dtype=torch.bfloat16).transpose(1, 2)  # as transformers gives it
+        k, v = (torch.randn(1, kv_heads, total + 512, 64, dtype=torch.bfloat16)[:, :, :total] for _ in range(2))
+        took = [seconds(lambda fn=fn: fn(q, k, v, 0.125), 10) for fn in (split_attention, kernel.attend)]
+        cells = [f"{1e3 * t:.2f} ms, {flops / t / 1e9:.0f} GFLOP/s" for t in took]
+        print(f"| {heads} / {kv_heads} | {length:,} | {kept:,} | {cells[0]} | {cells[1]} | {took[0] / took[1]:.2f}x |")
+
+
 def one_query() -> None:
     """A decode step's attention, one query of 9 heads over 3 KV heads: one layer's cache over and over (warm), and
     30 layers' distinct caches in turn (as a step reads them), four ways."""
@@ -150,8 +174,8 @@ def rates() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("which", choices=("linear", "chain", "sdpa", "one-query", "rates"))
-    {"linear": linear, "chain": chain, "sdpa": sdpa, "one-query": one_query,
+    parser.add_argument("which", choices=("linear", "chain", "sdpa", "chunk", "one-query", "rates"))
+    {"linear": linear, "chain": chain, "sdpa": sdpa, "chunk": chunk, "one-query": one_query,
      "rates": rates}[parser.parse_args().which]()
 
 

@@ -30,6 +30,7 @@ from locret_cli.models.loading import LoadedModel, load_model
 from locret_cli.models.reader_files import load_reader
 from locret_cli.models.shipped import find_shipped
 from locret_cli.models.spec import ModelSpec
+from locret_cli.runtime import native_attention
 from locret_cli.runtime.packed_linear import pack_if_room
 
 ReadGiven = ReadSettings | Mapping[str, object] | None  # whole settings, or only those given (None: none given)
@@ -166,10 +167,15 @@ class Session:
 
     def ready_to_compute(self) -> str:
         """Make the model ready to read: its bf16 linears packed for oneDNN where that pays and fits
-        (`packed_linear.py`). Returns how it computes, for the cost table ("bf16: ...; linear weights packed")."""
-        packed = pack_if_room(self.loaded.model)
-        dtype = self.loaded.dtype_reason or str(self.loaded.model.dtype).removeprefix("torch.")
-        return f"{dtype}; linear weights packed for oneDNN (+{human_bytes(packed)})" if packed else dtype
+        (`packed_linear.py`), and on the CPU in bf16 chunks' attention by locret's kernel where it ran faster
+        (`native_attention.py`). Returns how it computes, for the cost table ("bf16: ...; linear weights packed")."""
+        model = self.loaded.model
+        packed = pack_if_room(model)
+        parts = [self.loaded.dtype_reason or str(model.dtype).removeprefix("torch.")]
+        parts += [f"linear weights packed for oneDNN (+{human_bytes(packed)})"] if packed else []
+        if model.device.type == "cpu" and model.dtype == torch.bfloat16:
+            parts += [line for line in [native_attention.install()] if line]
+        return "; ".join(parts)
 
     def check_memory(self, policy: Policy, settings: ReadSettings, document: Document, after: int) -> None:
         """Refuse a run estimated not to fit in free memory, naming the setting to lower; `after` is the tokens

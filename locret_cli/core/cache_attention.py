@@ -21,6 +21,9 @@ masked half of the chunk's own block. Here, instead:
   itself and the window - 1 entries before it: `sliding_attention` drops the entries no query sees, a decode step
   then attends to the rest without a mask, and a chunk with a band mask of (T, window - 1 + T) at most.
 
+- A chunk kernel installed with `use_chunk_kernel` (`runtime/native_attention.py`, where it ran faster than the
+  split) takes every chunk of at least `min_rows` queries it `fits`, causal part and kept entries in one call.
+
 The result is the masked attention up to rounding (tests/test_cache_attention.py on the CPU;
 `research/gpu/check_cache_attention.py` on CUDA). `use_cache_attention` selects this implementation for one forward
 of a model that `applies_to` (the CPU, or CUDA in half precision), which the engine checks once.
@@ -29,6 +32,7 @@ of a model that `applies_to` (the CPU, or CUDA in half precision), which the eng
 from __future__ import annotations
 
 from contextlib import nullcontext
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -36,6 +40,25 @@ import torch.nn.functional as F
 from locret_cli.core.transformers_internals import attention_implementation, implementation_of, register_attention
 
 IMPLEMENTATION = "locret_cache"
+
+
+class ChunkKernel(Protocol):
+    min_rows: int  # fewer queries (a decode step, a short question) stay with torch's kernels
+
+    def fits(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> bool: ...
+
+    def attend(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float) -> torch.Tensor: ...
+
+
+_chunk_kernel: ChunkKernel | None = None
+
+
+def use_chunk_kernel(kernel: ChunkKernel | None) -> ChunkKernel | None:
+    """Have `cache_attention` hand every chunk `kernel` fits to it (None: torch's kernels for every chunk); returns
+    the kernel it replaces."""
+    global _chunk_kernel
+    previous, _chunk_kernel = _chunk_kernel, kernel
+    return previous
 
 
 def _flash(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, causal: bool, scale: float):
@@ -48,6 +71,14 @@ def _flash(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, causal: 
 def cache_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float) -> torch.Tensor:
     """Attention of query (B, heads, T, D) over key, value (B, kv_heads, n, D), whose last T entries are the
     queries' own (causal among themselves) and whose first n - T every query sees; returns (B, heads, T, D)."""
+    kernel = _chunk_kernel
+    if kernel is not None and query.shape[2] >= kernel.min_rows and kernel.fits(query, key, value):
+        return kernel.attend(query, key, value, scale)
+    return split_attention(query, key, value, scale)
+
+
+def split_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float) -> torch.Tensor:
+    """`cache_attention` by torch's flash kernels: the kept entries and the chunk's own, merged."""
     batch, heads, length, dim = query.shape
     kv_heads, entries = key.shape[1], key.shape[2]
     past, group = entries - length, heads // kv_heads
