@@ -108,12 +108,14 @@ def cpu_flags() -> set[str]:
 
 
 def build() -> tuple[ctypes.CDLL, str] | None:
-    """The kernel's library and the hash that names it, compiled once per source, compiler and CPU into the cache
-    folder (into a new private temporary folder where that cannot be written); None where no compiler builds it."""
+    """The kernel's library and the hash that names it, compiled once per source, compiler and CPU (its name and
+    flags) into the cache folder (into a new private temporary folder where that cannot be written); None where no
+    compiler builds it."""
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
         return None
-    name = hashlib.sha256(SOURCE.read_bytes() + " ".join([compiler, *FLAGS, cpu_name()]).encode()).hexdigest()[:16]
+    built_for = " ".join([compiler, *FLAGS, cpu_name(), *sorted(cpu_flags())])
+    name = hashlib.sha256(SOURCE.read_bytes() + built_for.encode()).hexdigest()[:16]
     for folder in (lambda: cache_file().parent / "native", lambda: Path(tempfile.mkdtemp(prefix="locret-native-"))):
         try:
             target = folder() / f"flash_bf16-{name}.so"
