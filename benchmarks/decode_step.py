@@ -1,10 +1,12 @@
-"""Decode speed with locret's own decode step (`core/decode_step.py`) against transformers' forward, side by side in
-one process: the same read, forked, answered in turn by each, several rounds.
+"""Decode speed with locret's own decode step (`core/decode_step.py`) against transformers' forward, and the own step
+with locret's attention kernel (`runtime/native_attention.py`, where it is built), side by side in one process: the
+same read, forked, answered in turn by each, several rounds.
 
     python benchmarks/decode_step.py --budget 1024 --budget 4096            # SmolLM2-135M shape, bf16
     python benchmarks/decode_step.py --budget 1024 --budget 4096 --load-8bit
 
-Random weights, so the answer means nothing; the tokens of the two must be the same, and the script says so.
+Random weights, so the answer means nothing; the tokens of the own step and transformers' must be the same, and the
+script says so, and whether the kernel's rounding gave the same tokens too.
 """
 
 from __future__ import annotations
@@ -14,15 +16,18 @@ import statistics
 
 import torch
 
-from locret_cli.runtime.dtype_probe import cpu_name
+from locret_cli.core.cache_attention import use_attention_kernel
 from locret_cli.core.engine import Engine
 from locret_cli.core.policies import make_policy
 from locret_cli.core.settings import AnswerSettings, ReadSettings
 from locret_cli.models.arch import random_session_parts
+from locret_cli.runtime.dtype_probe import cpu_name
+from locret_cli.runtime.native_attention import built_kernel
 
 
-def rates(preset: str, budget: int, load_8bit: bool, steps: int, rounds: int) -> tuple[list[float], list[float], bool]:
-    """(own step tok/s, transformers tok/s, same tokens) after reading 2 × budget + 1,024 random tokens."""
+def rates(preset: str, budget: int, load_8bit: bool, steps: int, rounds: int) -> tuple[dict[str, list[float]], dict]:
+    """(tok/s by way of decoding, tokens by way) after reading 2 × budget + 1,024 random tokens with torch's
+    attention kernels."""
     loaded, heads = random_session_parts(preset, load_8bit=load_8bit)
     model = loaded.model
     engine = Engine(model, make_policy("locret", model, heads), ReadSettings(budget=budget, chunk_size=1024,
@@ -32,15 +37,22 @@ def rates(preset: str, budget: int, load_8bit: bool, steps: int, rounds: int) ->
     ids = torch.randint(0, model.config.vocab_size, (tokens,), generator=torch.Generator().manual_seed(0)).tolist()
     for start in range(0, tokens, 1024):
         engine.prefill_chunk(ids[start:start + 1024])
-    own, theirs, answers = [], [], {}
-    for _ in range(rounds + 1):  # the first round warms both up and is left out
-        for name, measured in (("own", own), ("transformers", theirs)):
+    kernel = built_kernel()
+    ways = {"own": (True, None), "transformers": (False, None)} | ({"own, locret's kernel": (True, kernel)}
+                                                                   if kernel else {})
+    measured, answers = {name: [] for name in ways}, {}
+    for _ in range(rounds + 1):  # the first round warms every way up and is left out
+        for name, (own, attention) in ways.items():
             fork = engine.fork()
-            fork.step = engine.step if name == "own" else None
-            answer = fork.answer([5, 6, 7])
-            measured.append(answer.decode_steps / answer.decode_s)
+            fork.step = engine.step if own else None
+            previous = use_attention_kernel(attention)
+            try:
+                answer = fork.answer([5, 6, 7])
+            finally:
+                use_attention_kernel(previous)
+            measured[name].append(answer.decode_steps / answer.decode_s)
             answers[name] = answer.token_ids
-    return own[1:], theirs[1:], answers["own"] == answers["transformers"]
+    return {name: rates[1:] for name, rates in measured.items()}, answers
 
 
 def main() -> None:
@@ -53,11 +65,18 @@ def main() -> None:
     args = parser.parse_args()
     print(f"{args.preset}, {'int8' if args.load_8bit else 'bf16/auto'} linears, {cpu_name()}, "
           f"{torch.get_num_threads()} threads; median of {args.rounds} rounds, tok/s")
-    print("| budget | own step | transformers | ratio | same tokens |\n|---:|---:|---:|---:|---|")
+    print("| budget | own step | transformers | ratio | same tokens | own step, locret's kernel | its tokens |")
+    print("|---:|---:|---:|---:|---|---:|---|")
     for budget in args.budget or [1024]:
-        own, theirs, same = rates(args.preset, budget, args.load_8bit, args.steps, args.rounds)
-        mine, reference = statistics.median(own), statistics.median(theirs)
-        print(f"| {budget:,} | {mine:.1f} | {reference:.1f} | {mine / reference:.2f}× | {'yes' if same else 'NO'} |")
+        measured, answers = rates(args.preset, budget, args.load_8bit, args.steps, args.rounds)
+        mine, reference = statistics.median(measured["own"]), statistics.median(measured["transformers"])
+        same = "yes" if answers["own"] == answers["transformers"] else "NO"
+        kernel = measured.get("own, locret's kernel")
+        cells = ([f"{statistics.median(kernel):.1f}",
+                  "the same" if answers["own, locret's kernel"] == answers["own"] else "other (rounding)"]
+                 if kernel else ["not built here", "-"])
+        print(f"| {budget:,} | {mine:.1f} | {reference:.1f} | {mine / reference:.2f}× | {same} | " + " | ".join(cells)
+              + " |")
 
 
 if __name__ == "__main__":

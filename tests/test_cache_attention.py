@@ -16,6 +16,7 @@ from locret_cli.core.cache_attention import (
     applies_to,
     cache_attention,
     sliding_attention,
+    split_attention,
     use_cache_attention,
 )
 from locret_cli.core.engine import Engine
@@ -41,10 +42,11 @@ def test_it_is_the_masked_attention(length, kept, kv_heads):
 
 
 def test_one_bf16_query_is_one_flash_call_over_every_entry():
+    """torch's path (`split_attention`; locret's own kernel, where installed, is tests/test_native_attention.py)."""
     torch.manual_seed(0)
     query, key, value = (torch.randn(1, h, n, 64) for h, n in ((9, 1), (3, 300), (3, 300)))
     exact = F.scaled_dot_product_attention(query, key, value, enable_gqa=True)
-    out = cache_attention(query.bfloat16(), key.bfloat16(), value.bfloat16(), 64 ** -0.5)
+    out = split_attention(query.bfloat16(), key.bfloat16(), value.bfloat16(), 64 ** -0.5)
     assert out.dtype == torch.bfloat16 and out.shape == (1, 9, 1, 64)
     stacked, _ = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
         query.bfloat16().reshape(1, 3, 3, 64), key.bfloat16(), value.bfloat16(), 0.0, False, scale=64 ** -0.5)

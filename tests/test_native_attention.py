@@ -1,5 +1,6 @@
-"""locret's attention kernel (`runtime/native_attention.py`): the masked attention up to bf16 rounding, handed only
-the chunks it fits once installed, refused where it cannot be built, and the embedded model's answers unchanged."""
+"""locret's attention kernel (`runtime/native_attention.py`): the masked attention up to bf16 rounding, for chunks and
+for one query, handed only what it fits once installed, refused where it cannot be built, and the embedded model's
+answers unchanged."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from test_cache_attention import masked
 from test_reading import GATE, filler_lines
 
 from locret_cli.api import load_session
-from locret_cli.core.cache_attention import cache_attention, split_attention, use_chunk_kernel
+from locret_cli.core.cache_attention import cache_attention, split_attention, use_attention_kernel
 from locret_cli.runtime import native_attention
 from locret_cli.runtime.native_attention import NativeKernel, built_kernel
 
@@ -30,7 +31,8 @@ def as_transformers_gives(heads: int, kv_heads: int, length: int, kept: int, dim
 @needs_kernel
 @pytest.mark.parametrize("heads, kv_heads, length, kept, dim", [
     (9, 3, 64, 300, 64), (9, 3, 40, 0, 64), (4, 2, 100, 937, 64), (8, 8, 17, 64, 128), (4, 1, 33, 70, 256),
-    (6, 2, 16, 1, 32), (9, 3, 130, 4096, 64)])
+    (6, 2, 16, 1, 32), (9, 3, 130, 4096, 64), (9, 3, 1, 4096, 64), (9, 3, 1, 1100, 64), (4, 1, 1, 20, 256),
+    (16, 1, 1, 513, 32)])
 def test_it_is_the_masked_attention_up_to_bf16_rounding(heads, kv_heads, length, kept, dim):
     query, key, value = as_transformers_gives(heads, kv_heads, length, kept, dim, seed=length + kept)
     scale = dim ** -0.5
@@ -43,9 +45,7 @@ def test_it_is_the_masked_attention_up_to_bf16_rounding(heads, kv_heads, length,
 
 
 class Recording:
-    """A chunk kernel that records what it was handed and computes it by torch's kernels."""
-
-    min_rows = 16
+    """An attention kernel that records the query lengths it was handed and computes them by torch's kernels."""
 
     def __init__(self, fits: bool = True):
         self.fitting, self.calls = fits, []
@@ -58,15 +58,15 @@ class Recording:
         return split_attention(query, key, value, scale)
 
 
-@pytest.mark.parametrize("length, fits, handed", [(16, True, [16]), (15, True, []), (1, True, []), (40, False, [])])
-def test_an_installed_kernel_gets_the_chunks_it_fits(length, fits, handed):
+@pytest.mark.parametrize("length, fits, handed", [(16, True, [16]), (1, True, [1]), (40, False, [])])
+def test_an_installed_kernel_gets_what_it_fits(length, fits, handed):
     query, key, value = (torch.randn(1, h, n, 64) for h, n in ((9, length), (3, length + 50), (3, length + 50)))
     kernel = Recording(fits)
-    previous = use_chunk_kernel(kernel)
+    previous = use_attention_kernel(kernel)
     try:
         out = cache_attention(query, key, value, 0.125)
     finally:
-        use_chunk_kernel(previous)
+        use_attention_kernel(previous)
     assert kernel.calls == handed
     assert torch.allclose(out, masked(query, key, value), atol=1e-5)
 
@@ -83,13 +83,17 @@ def test_it_is_not_built_where_it_is_turned_off_or_no_compiler_builds_it(monkeyp
         built_kernel.cache_clear()
 
 
-def test_it_takes_only_bf16_on_the_cpu_with_a_head_size_it_handles():
-    kernel = NativeKernel(lambda *_: 0, "test")
+@needs_kernel
+def test_it_takes_only_bf16_on_the_cpu_with_a_head_size_and_a_length_it_handles():
     query, key, value = as_transformers_gives(9, 3, 32, 10, 64, seed=0)
-    assert kernel.fits(query, key, value)
-    assert not kernel.fits(query.float(), key.float(), value.float())
-    assert not kernel.fits(*as_transformers_gives(9, 3, 32, 10, 48, seed=0))  # not a multiple of 32
-    assert not kernel.fits(*as_transformers_gives(8, 3, 32, 10, 64, seed=0))  # heads not whole groups
+    assert KERNEL.fits(query, key, value)
+    assert not KERNEL.fits(query.float(), key.float(), value.float())
+    assert not KERNEL.fits(*as_transformers_gives(9, 3, 32, 10, 48, seed=0))  # not a multiple of 32
+    assert not KERNEL.fits(*as_transformers_gives(8, 3, 32, 10, 64, seed=0))  # heads not whole groups
+    assert not KERNEL.fits(*as_transformers_gives(9, 3, 15, 10, 64, seed=0))  # a short chunk: torch's
+    assert KERNEL.fits(*as_transformers_gives(9, 3, 1, 10, 64, seed=0))  # one query
+    chunks_only = NativeKernel(KERNEL.library, KERNEL.build, frozenset({"chunks"}))  # where the probe said so
+    assert chunks_only.fits(query, key, value) and not chunks_only.fits(*as_transformers_gives(9, 3, 1, 10, 64, 0))
 
 
 @needs_kernel

@@ -21,8 +21,8 @@ masked half of the chunk's own block. Here, instead:
   itself and the window - 1 entries before it: `sliding_attention` drops the entries no query sees, a decode step
   then attends to the rest without a mask, and a chunk with a band mask of (T, window - 1 + T) at most.
 
-- A chunk kernel installed with `use_chunk_kernel` (`runtime/native_attention.py`, where it ran faster than the
-  split) takes every chunk of at least `min_rows` queries it `fits`, causal part and kept entries in one call.
+- A kernel installed with `use_attention_kernel` (`runtime/native_attention.py`, where it ran faster than torch's)
+  takes every forward it `fits`: a chunk's causal part and kept entries in one call, or a decode step's query.
 
 The result is the masked attention up to rounding (tests/test_cache_attention.py on the CPU;
 `research/gpu/check_cache_attention.py` on CUDA). `use_cache_attention` selects this implementation for one forward
@@ -42,22 +42,20 @@ from locret_cli.core.transformers_internals import attention_implementation, imp
 IMPLEMENTATION = "locret_cache"
 
 
-class ChunkKernel(Protocol):
-    min_rows: int  # fewer queries (a decode step, a short question) stay with torch's kernels
-
+class AttentionKernel(Protocol):
     def fits(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> bool: ...
 
     def attend(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float) -> torch.Tensor: ...
 
 
-_chunk_kernel: ChunkKernel | None = None
+_kernel: AttentionKernel | None = None
 
 
-def use_chunk_kernel(kernel: ChunkKernel | None) -> ChunkKernel | None:
-    """Have `cache_attention` hand every chunk `kernel` fits to it (None: torch's kernels for every chunk); returns
-    the kernel it replaces."""
-    global _chunk_kernel
-    previous, _chunk_kernel = _chunk_kernel, kernel
+def use_attention_kernel(kernel: AttentionKernel | None) -> AttentionKernel | None:
+    """Have `cache_attention` hand every forward `kernel` fits to it (None: torch's kernels for all); returns the
+    kernel it replaces."""
+    global _kernel
+    previous, _kernel = _kernel, kernel
     return previous
 
 
@@ -71,14 +69,15 @@ def _flash(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, causal: 
 def cache_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float) -> torch.Tensor:
     """Attention of query (B, heads, T, D) over key, value (B, kv_heads, n, D), whose last T entries are the
     queries' own (causal among themselves) and whose first n - T every query sees; returns (B, heads, T, D)."""
-    kernel = _chunk_kernel
-    if kernel is not None and query.shape[2] >= kernel.min_rows and kernel.fits(query, key, value):
+    kernel = _kernel
+    if kernel is not None and kernel.fits(query, key, value):
         return kernel.attend(query, key, value, scale)
     return split_attention(query, key, value, scale)
 
 
 def split_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float) -> torch.Tensor:
-    """`cache_attention` by torch's flash kernels: the kept entries and the chunk's own, merged."""
+    """`cache_attention` by torch's flash kernels: a decode step's query in one call, a chunk's kept entries and its
+    own merged."""
     batch, heads, length, dim = query.shape
     kv_heads, entries = key.shape[1], key.shape[2]
     past, group = entries - length, heads // kv_heads

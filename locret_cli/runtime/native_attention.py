@@ -1,16 +1,17 @@
-"""A chunk's attention over locret's cache in one call of a small C kernel, built on this machine for AVX-512 BF16.
+"""Attention over locret's cache by a small C kernel of its own, built on this machine for AVX-512 BF16.
 
 torch's CPU flash kernel runs at 120-165 GFLOP/s on AMD Zen 4 and Zen 5, a sixth to a quarter of their bf16 product
-rate, and a chunk's attention over the kept entries was most of a bounded read there (docs/cpus.md). `native/flash_bf16.c`
-computes the same attention as torch's flash kernel does (bf16 products summed in fp32, an online softmax in fp32,
-probabilities rounded to bf16 for the values' product), with the chunk's causal part and the kept entries in one
-pass, and no key copied for the heads that share one.
+rate, and a chunk's attention over the kept entries was most of a bounded read there (docs/cpus.md).
+`native/flash_bf16.c` computes what torch's flash kernel does (bf16 products summed in fp32, an online softmax in
+fp32, probabilities rounded to bf16 for the values' product) for a chunk, its causal part and the kept entries in one
+pass, with no key copied for the heads that share one; and, by a second function that reads the keys as stored, for
+a decode step's one query per head.
 
 It is compiled once per source and CPU with the system's C compiler (`cc -O3 -march=native -fopenmp`) into the cache
 folder (`$XDG_CACHE_HOME/locret/native`, default ~/.cache), loaded with ctypes, and runs on torch's own OpenMP
-threads. A probe then times it against torch's kernels on a chunk's shape, once per CPU, torch version and thread
-count (cached beside the dtype probe's), and `install` hands chunks to it only where it ran faster. Attention stays
-torch's where the CPU lacks AVX-512 BF16, no compiler builds it, the probe found it slower, or
+threads. A probe then times each function against torch's kernels, once per CPU, torch version and thread count
+(cached beside the dtype probe's), and `install` hands chunks and decode steps to it where it ran faster. Attention
+stays torch's where the CPU lacks AVX-512 BF16, no compiler builds it, the probe found it slower, or
 `LOCRET_NATIVE_ATTENTION=0`.
 """
 
@@ -25,32 +26,42 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
-from locret_cli.core.cache_attention import split_attention, use_chunk_kernel
+from locret_cli.core.cache_attention import split_attention, use_attention_kernel
 from locret_cli.runtime.dtype_probe import cache_file, cpu_name, machine_key
 
 SOURCE = Path(__file__).parent / "native" / "flash_bf16.c"
 FLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC"]
-PROBE_SHAPE = (9, 3, 512, 1536, 64)  # heads, KV heads, chunk, entries, head size: a small model's chunk
-I64, I32 = ctypes.c_int64, ctypes.c_int
+PROBES = {"chunks": (9, 3, 512, 1536), "decode steps": (9, 3, 1, 4096)}  # heads, KV heads, queries, entries (head size 64)
+CHUNK_ROWS = 16  # chunks of fewer queries (a short question) stay with torch: packing the keys costs more
+I64, I32, POINTER = ctypes.c_int64, ctypes.c_int, ctypes.c_void_p
+CHUNK_ARGUMENTS = [POINTER, I64, I64, POINTER, I64, I64, POINTER, I64, I64, I32, I32, I32, I32, I32, ctypes.c_float,
+                   I32, POINTER, I64, I64, POINTER]
+ONE_QUERY_ARGUMENTS = [POINTER, I64, POINTER, I64, I64, POINTER, I64, I64, I32, I32, I32, I32, ctypes.c_float, POINTER,
+                       I64]
 
 
 class NativeKernel:
-    """The built kernel, as `cache_attention.use_chunk_kernel` takes it."""
+    """The built kernel, as `cache_attention.use_attention_kernel` takes it: chunks of `CHUNK_ROWS` queries or more
+    (`flash_bf16`), one query per head (`one_query_bf16`), each where `takes` names it."""
 
-    min_rows = 16  # fewer queries (a decode step, a short question): packing the keys would cost more than it saves
-
-    def __init__(self, function: Callable, build: str):
-        self.function, self.build = function, build  # build: the hash naming the source, compiler and CPU
+    def __init__(self, library: ctypes.CDLL, build: str, takes: frozenset[str] = frozenset(PROBES)):
+        self.chunk, self.one_query = library.flash_bf16, library.one_query_bf16
+        for function, arguments in ((self.chunk, CHUNK_ARGUMENTS), (self.one_query, ONE_QUERY_ARGUMENTS)):
+            function.restype, function.argtypes = I32, arguments
+        self.library, self.build, self.takes = library, build, takes  # build: the hash naming source, compiler, CPU
 
     def fits(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> bool:
-        """bf16 on the CPU, batch 1, a head size the kernel handles, whole groups of heads per KV head."""
-        return (query.shape[0] == 1 and query.shape[-1] % 32 == 0 and query.shape[-1] <= 256
-                and query.shape[1] % key.shape[1] == 0
+        """bf16 on the CPU, batch 1, a head size the kernel handles, whole groups of at most 16 heads per KV head, and
+        a chunk or one query it `takes`."""
+        length = query.shape[2]
+        shape = "decode steps" if length == 1 else "chunks" if length >= CHUNK_ROWS else None
+        return (shape in self.takes and query.shape[0] == 1 and query.shape[-1] % 32 == 0
+                and query.shape[-1] <= 256 and query.shape[1] % key.shape[1] == 0
+                and query.shape[1] // key.shape[1] <= 16
                 and all(t.dtype == torch.bfloat16 and t.device.type == "cpu" and t.stride(-1) == 1
                         for t in (query, key, value)))
 
@@ -58,26 +69,33 @@ class NativeKernel:
         """Attention of query (1, heads, T, D) over key, value (1, kv_heads, n, D) whose last T entries are the
         queries' own (causal among themselves): (1, heads, T, D), laid out as (1, T, heads, D) in memory."""
         _, heads, length, dim = query.shape
+        group, entries = heads // key.shape[1], key.shape[2]
         out = torch.empty(1, length, heads, dim, dtype=torch.bfloat16)
-        status = self.function(
-            query.data_ptr(), query.stride(1), query.stride(2), key.data_ptr(), key.stride(1), key.stride(2),
-            value.data_ptr(), value.stride(1), value.stride(2), heads, heads // key.shape[1], length, key.shape[2],
-            dim, scale, 1, out.data_ptr(), out.stride(2), out.stride(1), None)
+        if length == 1:
+            status = self.one_query(query.data_ptr(), query.stride(1), key.data_ptr(), key.stride(1), key.stride(2),
+                                    value.data_ptr(), value.stride(1), value.stride(2), heads, group, entries, dim,
+                                    scale, out.data_ptr(), out.stride(2))
+        else:
+            status = self.chunk(query.data_ptr(), query.stride(1), query.stride(2), key.data_ptr(), key.stride(1),
+                                key.stride(2), value.data_ptr(), value.stride(1), value.stride(2), heads, group, length,
+                                entries, dim, scale, 1, out.data_ptr(), out.stride(2), out.stride(1), None)
         if status != 0:
             raise RuntimeError(f"the native attention kernel failed ({status}) for {tuple(query.shape)}")
         return out.transpose(1, 2)
 
 
 def install() -> str | None:
-    """Hand chunks' attention to the native kernel where it is built and ran faster than torch's kernels here, else
-    to torch's. Returns a line for the cost table, or None where attention stays torch's."""
+    """Hand chunks' and decode steps' attention to the native kernel where it is built and ran faster than torch's
+    kernels here, each on its own; the rest to torch's. Returns a line for the cost table, or None where attention
+    stays torch's."""
     kernel = built_kernel()
-    seconds = None if kernel is None else probe(kernel)
-    faster = seconds is not None and seconds["native"] < seconds["torch"]
-    use_chunk_kernel(kernel if faster else None)
-    if not faster:
+    seconds = {} if kernel is None else probe(kernel)
+    takes = frozenset(shape for shape, (native, plain) in seconds.items() if native < plain)
+    use_attention_kernel(NativeKernel(kernel.library, kernel.build, takes) if takes else None)
+    if not takes:
         return None
-    return f"attention by locret's AVX-512 BF16 kernel ({seconds['torch'] / seconds['native']:.1f}x torch's here)"
+    ratios = ", ".join(f"{shape} {seconds[shape][1] / seconds[shape][0]:.1f}x" for shape in PROBES if shape in takes)
+    return f"attention by locret's AVX-512 BF16 kernel ({ratios} torch's here)"
 
 
 @functools.cache
@@ -89,12 +107,7 @@ def built_kernel() -> NativeKernel | None:
     built = build()
     if built is None:
         return None
-    library, name = built
-    function = library.flash_bf16
-    function.restype = I32
-    function.argtypes = [ctypes.c_void_p, I64, I64, ctypes.c_void_p, I64, I64, ctypes.c_void_p, I64, I64, I32, I32,
-                         I32, I32, I32, ctypes.c_float, I32, ctypes.c_void_p, I64, I64, ctypes.c_void_p]
-    return NativeKernel(function, name)
+    return NativeKernel(*built)
 
 
 def cpu_flags() -> set[str]:
@@ -134,39 +147,36 @@ def build() -> tuple[ctypes.CDLL, str] | None:
 
 
 @functools.cache
-def probe(kernel: NativeKernel) -> dict[str, float]:
-    """Seconds for one chunk-shaped attention by torch's kernel and by the native one, the best of three each;
-    measured once per machine key (`dtype_probe.machine_key`), then read from the cache."""
+def probe(kernel: NativeKernel) -> dict[str, tuple[float, float]]:
+    """Seconds, (native, torch's), for each shape of `PROBES`, the best of five each; measured once per machine key
+    (`dtype_probe.machine_key`) and build, then read from the cache."""
     key, path = f"{machine_key()} | native attention {kernel.build}", cache_file().with_name("native-attention.json")
     try:
         cached = json.loads(path.read_text())
     except (OSError, ValueError):
         cached = {}
     seconds = cached.get(key)
-    if not (isinstance(seconds, dict) and {"torch", "native"} <= set(seconds)):
-        seconds = measure(kernel)
+    if not (isinstance(seconds, dict) and set(seconds) == set(PROBES)):
+        seconds = {shape: measure(kernel, *sizes) for shape, sizes in PROBES.items()}
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps({**cached, key: seconds}, indent=1) + "\n")
         except OSError:
             pass  # an unwritable cache only means measuring again next time
-    return seconds
+    return {shape: tuple(pair) for shape, pair in seconds.items()}
 
 
-def measure(kernel: NativeKernel) -> dict[str, float]:
-    heads, kv_heads, length, entries, dim = PROBE_SHAPE
+def measure(kernel: NativeKernel, heads: int, kv_heads: int, length: int, entries: int) -> tuple[float, float]:
     generator = torch.Generator().manual_seed(0)
-    query = torch.randn(1, heads, length, dim, generator=generator).bfloat16()
-    key, value = (torch.randn(1, kv_heads, entries, dim, generator=generator).bfloat16() for _ in range(2))
-    runs = {"torch": lambda: split_attention(query, key, value, dim ** -0.5),
-            "native": lambda: kernel.attend(query, key, value, dim ** -0.5)}
-    seconds = {}
-    for name, run in runs.items():
-        run()
+    query = torch.randn(1, length, heads, 64, generator=generator).bfloat16().transpose(1, 2)
+    key, value = (torch.randn(1, kv_heads, entries, 64, generator=generator).bfloat16() for _ in range(2))
+    best = []
+    for run in (kernel.attend, split_attention):
+        run(query, key, value, 0.125)
         times = []
-        for _ in range(3):
+        for _ in range(5):
             started = time.perf_counter()
-            run()
+            run(query, key, value, 0.125)
             times.append(time.perf_counter() - started)
-        seconds[name] = min(times)
-    return seconds
+        best.append(min(times))
+    return best[0], best[1]

@@ -1,4 +1,5 @@
-/* Attention of bf16 queries over bf16 keys and values with no mask, for CPUs with AVX-512 BF16.
+/* Attention of bf16 queries over bf16 keys and values, for CPUs with AVX-512 BF16: a chunk (`flash_bf16`) or one
+ * query per head (`one_query_bf16`).
  *
  * The same result as torch's CPU flash kernel (output and log-sum-exp), computed the same way: products of bf16
  * pairs summed in fp32 (vdpbf16ps), an online softmax in fp32, the probabilities rounded to bf16 for the product
@@ -184,5 +185,103 @@ int flash_bf16(const uint16_t *q, int64_t q_head, int64_t q_row, const uint16_t 
              lse == NULL ? NULL : lse + (int64_t)h * m + first);
     }
     free(kp);
+    return 0;
+}
+
+#define SPLIT 512   /* keys per work item of one query */
+#define GROUP 16    /* most query heads per KV head */
+
+/* The query rows of one KV head (group of them, one query each) over keys [first, last): the split's max, sum of
+ * exponentials (base 2, scaled) and unnormalised output, for `one_query_bf16` to merge. Keys and values are read as
+ * stored; the probabilities are not rounded to bf16 (the values are widened to fp32 instead). */
+static void one_query_split(const uint16_t *q, int64_t q_head, int group, const uint16_t *k, int64_t k_row,
+                            const uint16_t *v, int64_t v_row, int first, int last, int d, float c, float *m_out,
+                            float *l_out, float *acc_out) {
+    float scores[GROUP][SPLIT] __attribute__((aligned(64)));
+    __m512bh qv[GROUP][8];
+    int length = last - first, pairs = d / 32;
+    for (int r = 0; r < group; r++)
+        for (int t = 0; t < pairs; t++) qv[r][t] = (__m512bh)_mm512_loadu_si512((const void *)(q + r * q_head + t * 32));
+    for (int j = 0; j < length; j++) {
+        const uint16_t *row = k + (int64_t)(first + j) * k_row;
+        __m512bh kv[8];
+        for (int t = 0; t < pairs; t++) kv[t] = (__m512bh)_mm512_loadu_si512((const void *)(row + t * 32));
+        for (int r = 0; r < group; r++) {
+            __m512 s = _mm512_setzero_ps();
+            for (int t = 0; t < pairs; t++) s = _mm512_dpbf16_ps(s, qv[r][t], kv[t]);
+            scores[r][j] = _mm512_reduce_add_ps(s) * c;
+        }
+    }
+    for (int r = 0; r < group; r++) {
+        float top = -INFINITY;
+        for (int j = 0; j < length; j++) top = fmaxf(top, scores[r][j]);
+        __m512 sum = _mm512_setzero_ps(), mv = _mm512_set1_ps(top);
+        int j = 0;
+        for (; j + 16 <= length; j += 16) {
+            __m512 p = exp2_ps(_mm512_sub_ps(_mm512_loadu_ps(scores[r] + j), mv));
+            _mm512_storeu_ps(scores[r] + j, p);
+            sum = _mm512_add_ps(sum, p);
+        }
+        float tail = 0.0f;
+        for (; j < length; j++) {
+            scores[r][j] = exp2f(scores[r][j] - top);
+            tail += scores[r][j];
+        }
+        m_out[r] = top;
+        l_out[r] = _mm512_reduce_add_ps(sum) + tail;
+        memset(acc_out + r * d, 0, sizeof(float) * d);
+    }
+    for (int j = 0; j < length; j++) {
+        const uint16_t *row = v + (int64_t)(first + j) * v_row;
+        for (int slice = 0; slice < d / 16; slice++) {
+            __m512 value = _mm512_castsi512_ps(_mm512_slli_epi32(
+                _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(row + slice * 16))), 16));
+            for (int r = 0; r < group; r++) {
+                float *to = acc_out + r * d + slice * 16;
+                _mm512_storeu_ps(to, _mm512_fmadd_ps(_mm512_set1_ps(scores[r][j]), value, _mm512_loadu_ps(to)));
+            }
+        }
+    }
+}
+
+/* One query per head (a decode step): q (H, D) with a head stride, over every key of k and v (H / group, N, D);
+ * out (H, D) with a head stride. The keys are split among threads and the splits merged by their maxima. Returns 0;
+ * -1 if out of memory, -2 for shapes it does not take. */
+int one_query_bf16(const uint16_t *q, int64_t q_head, const uint16_t *k, int64_t k_head, int64_t k_row,
+                   const uint16_t *v, int64_t v_head, int64_t v_row, int heads, int group, int n, int d, float scale,
+                   uint16_t *out, int64_t out_head) {
+    if (d % 32 != 0 || d > 256 || group < 1 || group > GROUP || heads % group != 0 || n < 1) return -2;
+    int kv_heads = heads / group, splits = (n + SPLIT - 1) / SPLIT;
+    float *m = malloc(sizeof(float) * (size_t)heads * splits * (2 + d));
+    if (m == NULL) return -1;
+    float *l = m + (size_t)heads * splits, *acc = l + (size_t)heads * splits;
+    const float c = scale * LOG2E;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int job = 0; job < kv_heads * splits; job++) {
+        int h = job / splits, s = job % splits, first = s * SPLIT, last = first + SPLIT < n ? first + SPLIT : n;
+        int64_t at = (int64_t)h * splits * group + (int64_t)s * group;
+        one_query_split(q + (int64_t)h * group * q_head, q_head, group, k + h * k_head, k_row, v + h * v_head, v_row,
+                        first, last, d, c, m + at, l + at, acc + at * d);
+    }
+    for (int h = 0; h < kv_heads; h++)
+        for (int r = 0; r < group; r++) {
+            float top = -INFINITY, total = 0.0f;
+            for (int s = 0; s < splits; s++) top = fmaxf(top, m[(int64_t)h * splits * group + s * group + r]);
+            float merged[256];
+            memset(merged, 0, sizeof(float) * d);
+            for (int s = 0; s < splits; s++) {
+                int64_t at = (int64_t)h * splits * group + (int64_t)s * group + r;
+                float weight = exp2f(m[at] - top);
+                total += l[at] * weight;
+                for (int i = 0; i < d; i++) merged[i] += acc[at * d + i] * weight;
+            }
+            uint16_t *to = out + (int64_t)(h * group + r) * out_head;
+            for (int i = 0; i < d; i += 32) {
+                __m512 a = _mm512_mul_ps(_mm512_loadu_ps(merged + i), _mm512_set1_ps(1.0f / total));
+                __m512 b = _mm512_mul_ps(_mm512_loadu_ps(merged + i + 16), _mm512_set1_ps(1.0f / total));
+                _mm512_storeu_si512((void *)(to + i), (__m512i)_mm512_cvtne2ps_pbh(b, a));
+            }
+        }
+    free(m);
     return 0;
 }
