@@ -92,26 +92,31 @@ def test_a_model_without_fixed_forms_is_never_restated(embedded_reading):
     assert not checked.grounding.grounded
 
 
-@pytest.mark.parametrize("cache_names_it", [True, False])
-def test_an_unspecific_windows_answer_asks_the_bounded_cache_under_fallback_unspecific(
-        session_and_path, monkeypatch, cache_names_it):  # noqa: F811
+@pytest.mark.parametrize("fallback, windows_level, cache_level, asks_cache, shown", [
+    ("unspecific", 0, 1, True, "bounded-cache"), ("unspecific", 0, 0, True, "windows"),
+    ("unspecific", 1, 2, False, "windows"), ("unstated", 1, 2, True, "bounded-cache"),
+    ("unstated", 1, 1, True, "windows"), ("unstated", 0, 1, True, "bounded-cache"),
+    ("unstated", 2, 2, False, "windows")])
+def test_the_bounded_cache_answers_too_where_the_windows_answer_holds_up_less_than_the_fallback_asks(
+        session_and_path, monkeypatch, fallback, windows_level, cache_level, asks_cache, shown):  # noqa: F811
     from locret_cli.api import routes
 
     session, path = session_and_path
     checked = []
 
-    def names(reading, question, drafted):  # the windows' answer names nothing; the cache's does, or not
+    def holds(reading, question, drafted):  # 0: names nothing the document holds; 1: holds it; 2: states it
         checked.append(drafted.route)
-        return drafted.route == "bounded-cache" and cache_names_it
+        return windows_level if drafted.route == "windows" else cache_level
 
-    monkeypatch.setattr(routes, "names_what_document_holds", names)
+    monkeypatch.setattr(routes, "how_document_holds", holds)
     reading, heard = session.read(path, SETTINGS, defer=True), []
     windows_only = reading.ask(LOCATED, WORDS)
     assert windows_only.route == "windows" and reading.pending is not None and checked == []
-    result = reading.ask(LOCATED, replace(WORDS, fallback="unspecific"), on_token=heard.append)
-    assert checked == ["windows", "bounded-cache"] and reading.pending is None
-    assert result.route == ("bounded-cache" if cache_names_it else "windows") and result.windows
-    plain = reading.ask(LOCATED, replace(WORDS, reread=0, fallback="unspecific"))
-    expected = plain.answer if cache_names_it else windows_only.answer
+    result = reading.ask(LOCATED, replace(WORDS, fallback=fallback), on_token=heard.append)
+    assert checked == (["windows", "bounded-cache"] if asks_cache else ["windows"])
+    assert (reading.pending is None) == asks_cache  # the bounded read runs only when its cache is asked
+    assert result.route == shown and result.windows
+    plain = reading.ask(LOCATED, replace(WORDS, reread=0))
+    expected = plain.answer if shown == "bounded-cache" else windows_only.answer
     assert result.answer == expected
     assert reading.tokenizer.decode(heard, skip_special_tokens=True).strip() == expected

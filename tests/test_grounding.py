@@ -57,6 +57,28 @@ def test_each_span_is_found_where_the_document_holds_it(question, answer, status
     assert grounding.grounded == (status in ("found", "n/a"))
 
 
+NEIGHBOURS = DocumentText(["The parking bay of the fern orchard is 1234. The parking bay of the fern nursery is 6026. "
+                           "The key point will pass unnoticed. Worse is Better, they say.\n\nThe pass key is 85977! "
+                           "Remember it."], ["p. 1"])
+
+
+@pytest.mark.parametrize("text, question, answer, status, stated", [
+    (TEXT, GATE, "The gate code of the north depot is 4821.", "found", True),
+    (TEXT, GATE, "The code is A-17, the \"blue door\".", "found", False),  # the sentence after the gate code's
+    (TEXT, ENGINEER, "It is Ingrid Halvorsen.", "found", True),
+    (NEIGHBOURS, "What is the parking bay of the fern nursery?", "It is 6026.", "found", True),
+    (NEIGHBOURS, "What is the parking bay of the fern nursery?", "It is 1234.", "found", False),  # the orchard's
+    (NEIGHBOURS, "What is the pass key?", "The pass key is 85977.", "found", True),
+    (NEIGHBOURS, "What is the pass key?", 'The pass key is "Worse is Better".', "found", False),
+    (NEIGHBOURS, "Which is it?", "It is 6026.", "found", False),  # a question that names nothing
+    (TEXT, GATE, "The gate code of the north depot is 4822.", "not_found", False),
+])
+def test_a_found_answer_is_stated_where_one_sentence_names_it_with_all_the_question_names(
+        text, question, answer, status, stated):
+    grounding = ground(question, answer, text)
+    assert (grounding.status, grounding.stated) == (status, stated)
+
+
 def test_an_answer_cut_by_the_token_limit_is_not_judged_by_its_broken_last_word():
     answer = "The gate code of the north depot is 4821.\n\nThe gate code of the north depot is 48"
     assert ground(GATE, answer, TEXT).status == "not_found"

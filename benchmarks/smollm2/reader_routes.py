@@ -11,6 +11,9 @@ and every question is asked of that one read under each configuration:
     two-hops+reader   windows+reader with `--hops 2`: the first answer's words locate more windows
     fallback+reader   windows+reader with `--fallback unspecific`: the bounded cache (with the reader) answers
                       too when the windows' answer names nothing the document holds, and is shown if its answer does
+    unstated+reader   the same with `--fallback unstated`: the bounded cache answers too when the document does not
+                      state the windows' answer in a sentence naming all the question names, and is shown if it
+                      states the cache's answer (or holds it, where the windows' answer names nothing it holds)
 
 Sets: `dev` (`evaluate.py`'s dev documents: pass keys, codes and people in prose of the dev packages) and `kinds`
 (`locret bench --tasks kinds`: one question of each kind per document, in the Paul Graham essays). Rows go to --out
@@ -46,7 +49,8 @@ from recipes import prose
 CONFIGS = {  # name: (answer settings changed, with the reader)
     "one-read": ({"reread": 0}, False), "one-read+reader": ({"reread": 0}, True), "windows": ({}, False),
     "windows+reader": ({}, True), "two-hops+reader": ({"hops": 2}, True),
-    "fallback+reader": ({"fallback": "unspecific"}, True)}
+    "fallback+reader": ({"fallback": "unspecific"}, True),
+    "unstated+reader": ({"fallback": "unstated"}, True)}
 
 
 def dev_questions(length: int, count: int, packages: Path | None) -> list[tuple[object, list[Question], list[str]]]:

@@ -5,7 +5,9 @@
 - `LocatedWindows` ("windows"): the answer reads a few windows of the document again, whole, with a full cache, where
   the question's words (or the bounded cache's attention) locate it (`windows.py`); when nothing locates a window,
   `BoundedCache` answers. With `fallback` "unspecific", so it does when the windows' answer names nothing the
-  document holds (no number, name or code found in it) and its own answer does.
+  document holds (no number, name or code found in it) and its own answer does; with "unstated", also when the
+  document holds the windows' answer but does not state it in a sentence naming all the question names, and states
+  the bounded cache's.
 
 `route_for(answering)` names the route an answer's settings choose; `Reading.ask` runs it, then checks the answer
 (`answer_checks.py`). A model's reader (`core/reader.py`) is in force wherever the bounded cache answers; a second
@@ -93,7 +95,8 @@ class LocatedWindows(Route):
                                "document again")
         if turn.answering.locate != "words":
             reading.read_now(turn.on_read)
-        checks = turn.answering.fallback == "unspecific"
+        wanted = FALLBACK_LEVELS.get(turn.answering.fallback, 0)  # how well the windows' answer must hold up
+        checks = wanted > 0
         second = answer_from_windows(reading.engine, reading.tokenizer, reading.input_ids, reading.source_map,
                                      turn.question, turn.question_ids, turn.answering, turn.sources,
                                      None if checks else turn.on_token)
@@ -102,9 +105,10 @@ class LocatedWindows(Route):
         second.generation.time_to_first_token_s += second.extra_s
         drafted = Drafted(second.generation, second.engine, second.sources, second.windows,
                           second.engine.document_tokens, self.name)
-        if checks and not names_what_document_holds(reading, turn.question, drafted):
+        held = how_document_holds(reading, turn.question, drafted) if checks else 0
+        if held < wanted:
             cached = BoundedCache().answer(reading, replace(turn, on_token=None))
-            if names_what_document_holds(reading, turn.question, cached):
+            if how_document_holds(reading, turn.question, cached) > held:
                 spent = second.generation.time_to_first_token_s + second.generation.decode_s
                 cached.generation.time_to_first_token_s += spent
                 cached.windows, cached.tokens_read = drafted.windows, drafted.tokens_read
@@ -115,10 +119,15 @@ class LocatedWindows(Route):
         return drafted
 
 
-def names_what_document_holds(reading: Reading, question: str, drafted: Drafted) -> bool:
-    """Whether `drafted`'s answer names something specific (a number, a name, a code) that the document holds."""
+FALLBACK_LEVELS = {"unspecific": 1, "unstated": 2}  # `--fallback`: the level below which the bounded cache answers too
+
+
+def how_document_holds(reading: Reading, question: str, drafted: Drafted) -> int:
+    """2 where `drafted`'s answer is stated in the document (its specific content in a sentence naming all that the
+    question names), 1 where the document holds that content near what the question names, else 0."""
     answer = reading.tokenizer.decode(drafted.generation.token_ids, skip_special_tokens=True)
-    return ground(question, answer, reading.document_text()).status == "found"
+    grounding = ground(question, answer, reading.document_text())
+    return 2 if grounding.stated else 1 if grounding.status == "found" else 0
 
 
 ROUTES: dict[str, type[Route]] = {route.name: route for route in (BoundedCache, LocatedWindows)}

@@ -13,6 +13,9 @@ document's words (case and punctuation ignored):
 - not_found: some specific word occurs nowhere in the document;
 - n/a: the answer has no specific content (it only restates the question, or says nothing new).
 
+A found answer is also **stated** when some sentence of the document holds each of its runs together with every
+specific word of the question ("4821" in "The gate code of the north depot is 4821."), not merely near them.
+
 This is lexical: an answer that copies the document's words in a wrong sentence ("the gate code is the harbour
 master", where the document names a harbour master) is found. What it catches is content the document does not
 hold: a made-up number, a name from nowhere, a babbled phrase.
@@ -31,6 +34,7 @@ WORD = re.compile(r"[^\W_]+(?:['’.,:/-][^\W_]+)*")  # 4821, A-17, 3.14, 12:30,
 THOUSANDS = re.compile(r"(?<=\d)[,’'](?=\d{3}(?!\d))")  # the separators in 4,821 and 1'000'000
 POSSESSIVE = re.compile(r"['’]s$")
 CLAUSE_END = re.compile(r"[.!?;:,]\s|[.!?;:,]$|\n|[()\[\]]")
+SENTENCE_END = re.compile(r"(?<=[.!?])[\"”')\]]*\s+|\n\s*\n")  # where a document's sentence ends
 QUOTED = re.compile(r'"([^"]+)"|“([^”]+)”')
 LARGEST_GAP = 2  # common words a run may hold between two specific ones ("Lord Ashby in 1820")
 ANCHOR_WORDS = 30  # a span is found only where most of the question's own specific words are this close
@@ -59,6 +63,7 @@ class Span:
     # together); "missing" (some word occurs nowhere)
     places: list[str] = field(default_factory=list)  # pages or line ranges where it occurs, first few
     units: list[int] = field(default_factory=list)  # the same, as unit indices
+    stated: bool = False  # some sentence holds it with every specific word of the question
 
     def to_json(self) -> dict:
         return {"text": self.text, "status": self.status, "places": self.places}
@@ -76,6 +81,11 @@ class Grounding:
     def grounded(self) -> bool:
         """True unless some of the answer's content is not in the document as written."""
         return self.status in ("found", "n/a")
+
+    @property
+    def stated(self) -> bool:
+        """Found, and every span in a sentence that names all the question's specific words."""
+        return self.status == "found" and all(span.stated for span in self.spans)
 
     def missing(self) -> list[str]:
         """What the document does not hold as the answer says it: spans not found, and the question's words it never
@@ -104,9 +114,12 @@ class DocumentText:
         self.labels = labels
         self.words: list[str] = []
         self.unit_starts: list[int] = []  # the index in `words` of each unit's first word
+        self.sentence_starts: list[int] = []  # the index in `words` of each sentence's first word
         for text in unit_texts:
             self.unit_starts.append(len(self.words))
-            self.words += words(text)
+            for sentence in SENTENCE_END.split(text):
+                self.sentence_starts.append(len(self.words))
+                self.words += words(sentence)
         self.char_starts, at = [], 0  # where each word begins in `joined`
         for word in self.words:
             self.char_starts.append(at)
@@ -136,6 +149,13 @@ class DocumentText:
         places = self.where.get(word, [])
         first = bisect_right(places, index - ANCHOR_WORDS - 1)
         return first < len(places) and places[first] <= index + length + ANCHOR_WORDS
+
+    def states(self, index: int, length: int, asked: list[str]) -> bool:
+        """Whether the sentences holding words index..index+length-1 hold every word `asked` (False for none)."""
+        first = bisect_right(self.sentence_starts, index) - 1
+        last = bisect_right(self.sentence_starts, index + length - 1)
+        end = self.sentence_starts[last] if last < len(self.sentence_starts) else len(self.words)
+        return bool(asked) and set(asked) <= set(self.words[self.sentence_starts[first]:end])
 
     def anchored(self, index: int, length: int, asked: list[str]) -> bool:
         """Whether more than half of the words `asked` occur near words index..index+length-1 (True for none)."""
@@ -183,7 +203,8 @@ def ground(question: str, answer: str, text: DocumentText, cut: bool = False) ->
             content = [w for w in run if w not in COMMON]
             status = "scattered" if all(w in text.where for w in content) else "missing"
         units = list(dict.fromkeys(text.unit_of(i) for i in anchored))[:PLACES_SHOWN]
-        spans.append(Span(" ".join(run), status, [text.labels[u] for u in units], units))
+        stated = any(text.states(i, len(run), named) for i in anchored)
+        spans.append(Span(" ".join(run), status, [text.labels[u] for u in units], units, stated))
     if not spans:
         return Grounding("n/a")
     unnamed = [w for w in asked if w not in named]

@@ -16,7 +16,7 @@ DEFAULT_POLICY = "locret"  # the eviction policy unless one is asked for (`core/
 KV_BITS = (16, 8, 4)  # bits per cached key and value (`kv_quant.py`)
 POSITION_MODES = ("compact", "original")
 LOCATE_MODES = ("attention", "words", "both")  # what names the windows `--reread` reads again
-FALLBACKS = ("unlocated", "unspecific")  # when the bounded cache answers in place of `--reread`'s windows
+FALLBACKS = ("unlocated", "unspecific", "unstated")  # when the bounded cache answers in place of `--reread`'s windows
 
 
 def setting(default, help: str, *, minimum: float | None = None, odd: bool = False, choices: tuple = (),
@@ -118,8 +118,11 @@ class AnswerSettings:
                                        "bounded cache looked), words (where the question's rarer words occur), or "
                                        "both.", choices=LOCATE_MODES)
     fallback: str = setting("unlocated", "With --reread, when the bounded cache answers instead: unlocated (no window "
-                                         "is located) or unspecific (also when the windows' answer names nothing the "
-                                         "document holds, and the bounded cache's answer does).", choices=FALLBACKS)
+                                         "is located); unspecific (also when the windows' answer names nothing the "
+                                         "document holds, and the bounded cache's answer does); or unstated (also "
+                                         "when the document does not state the windows' answer in a sentence naming "
+                                         "all that the question names, and states the bounded cache's).",
+                            choices=FALLBACKS)
     hops: int = setting(1, "With --reread: 2 also reads again the windows where the first answer's own rarer words "
                            "occur, and answers from all of them (a fact that needs two places); 1: one pass.",
                         minimum=1, at_most=2)
