@@ -57,9 +57,9 @@ def test_each_span_is_found_where_the_document_holds_it(question, answer, status
     assert grounding.grounded == (status in ("found", "n/a"))
 
 
-NEIGHBOURS = DocumentText(["The parking bay of the fern orchard is 1234. The parking bay of the fern nursery is 6026. "
-                           "The key point will pass unnoticed. Worse is Better, they say.\n\nThe pass key is 85977! "
-                           "Remember it."], ["p. 1"])
+NEIGHBOURS = DocumentText([("The parking bay of the fern orchard is 1234. The parking bay of the fern nursery is 6026. "
+                            "The key point will pass unnoticed. Worse is Better, they say.\n\nThe pass key is 85977! "
+                            "Remember it.")], ["p. 1"])
 
 
 @pytest.mark.parametrize("text, question, answer, status, stated", [

@@ -35,7 +35,7 @@ from locret_cli.runtime.dtype_probe import cache_file, cpu_name, machine_key
 
 SOURCE = Path(__file__).parent / "native" / "flash_bf16.c"
 FLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC"]
-PROBES = {"chunks": (9, 3, 512, 1536), "decode steps": (9, 3, 1, 4096)}  # heads, KV heads, queries, entries (head size 64)
+PROBES = {"chunks": (9, 3, 512, 1536), "decode steps": (9, 3, 1, 4096)}  # heads, KV heads, queries, entries
 CHUNK_ROWS = 16  # chunks of fewer queries (a short question) stay with torch: packing the keys costs more
 I64, I32, POINTER = ctypes.c_int64, ctypes.c_int, ctypes.c_void_p
 CHUNK_ARGUMENTS = [POINTER, I64, I64, POINTER, I64, I64, POINTER, I64, I64, I32, I32, I32, I32, I32, ctypes.c_float,
