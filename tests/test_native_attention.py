@@ -14,7 +14,7 @@ from test_reading import GATE, filler_lines
 from locret_cli.api import load_session
 from locret_cli.core.cache_attention import cache_attention, split_attention, use_attention_kernel
 from locret_cli.runtime import native_attention
-from locret_cli.runtime.native_attention import NativeKernel, built_kernel
+from locret_cli.runtime.native_attention import NativeKernel, built_kernel, chosen_kernel
 
 KERNEL = built_kernel()
 needs_kernel = pytest.mark.skipif(KERNEL is None, reason="this CPU lacks AVX-512 BF16, or no C compiler built it")
@@ -76,11 +76,11 @@ def test_it_is_not_built_where_it_is_turned_off_or_no_compiler_builds_it(monkeyp
     monkeypatch.setenv("CC", "false")  # a compiler that always fails
     assert native_attention.build() is None
     monkeypatch.setenv("LOCRET_NATIVE_ATTENTION", "0")
-    built_kernel.cache_clear()
+    built_kernel.cache_clear(), chosen_kernel.cache_clear()
     try:
         assert built_kernel() is None and native_attention.install() is None
     finally:
-        built_kernel.cache_clear()
+        built_kernel.cache_clear(), chosen_kernel.cache_clear()
 
 
 @needs_kernel
@@ -108,11 +108,11 @@ def test_the_embedded_model_reads_and_answers_as_with_torchs_kernels(monkeypatch
     native = session.read(str(path))
     assert "AVX-512 BF16 kernel" in native.compute or pytest.skip("the probe found torch's kernels faster here")
     monkeypatch.setenv("LOCRET_NATIVE_ATTENTION", "0")
-    built_kernel.cache_clear()
+    built_kernel.cache_clear(), chosen_kernel.cache_clear()
     try:
         plain = session.read(str(path))
     finally:
-        built_kernel.cache_clear()
+        built_kernel.cache_clear(), chosen_kernel.cache_clear()
         monkeypatch.undo()
         native_attention.install()
     assert "kernel" not in plain.compute

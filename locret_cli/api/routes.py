@@ -126,8 +126,7 @@ def how_document_holds(reading: Reading, question: str, drafted: Drafted) -> int
     """2 where `drafted`'s answer is stated in the document (its specific content in a sentence naming all that the
     question names), 1 where the document holds that content near what the question names, else 0."""
     answer = reading.tokenizer.decode(drafted.generation.token_ids, skip_special_tokens=True)
-    grounding = ground(question, answer, reading.document_text())
-    return 2 if grounding.stated else 1 if grounding.status == "found" else 0
+    return ground(question, answer, reading.document_text()).level
 
 
 ROUTES: dict[str, type[Route]] = {route.name: route for route in (BoundedCache, LocatedWindows)}

@@ -87,6 +87,11 @@ class Grounding:
         """Found, and every span in a sentence that names all the question's specific words."""
         return self.status == "found" and all(span.stated for span in self.spans)
 
+    @property
+    def level(self) -> int:
+        """How well the document backs the answer: 2 stated, 1 found, 0 otherwise."""
+        return 2 if self.stated else 1 if self.status == "found" else 0
+
     def missing(self) -> list[str]:
         """What the document does not hold as the answer says it: spans not found, and the question's words it never
         names."""

@@ -14,6 +14,7 @@ import json
 import os
 import platform
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,13 +46,36 @@ def machine_key() -> str:
 
 def cpu_name() -> str:
     """The CPU's model name (/proc/cpuinfo), else what `platform` knows."""
+    return cpuinfo("model name") or platform.processor() or platform.machine()
+
+
+def cpuinfo(field: str) -> str:
+    """The first value of `field` in /proc/cpuinfo ("model name", "flags"), or "" where there is none."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
+            if line.startswith(field):
                 return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    return ""
+
+
+def measured_once(path: Path, key: str, complete: Callable[[object], bool], measure: Callable[[], object]):
+    """What `measure()` gives, read from the JSON cache `path` under `key` where `complete` accepts the stored value;
+    else measured and stored (an unwritable cache only means measuring again next time)."""
+    try:
+        cached = json.loads(path.read_text())
+    except (OSError, ValueError):
+        cached = {}
+    value = cached.get(key)
+    if not complete(value):
+        value = measure()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({**cached, key: value}, indent=1) + "\n")
+        except OSError:
+            pass
+    return value
 
 
 class ProbeBlock(torch.nn.Module):
@@ -94,19 +118,9 @@ def probe_seconds(dtype: torch.dtype) -> float:
 
 def measured_cpu_dtype() -> DtypeChoice:
     """bf16 or fp32, whichever ran the probe faster here; measured once per machine key, then read from the cache."""
-    key, path = machine_key(), cache_file()
-    try:
-        cached = json.loads(path.read_text())
-    except (OSError, ValueError):
-        cached = {}
-    seconds = cached.get(key)
-    if not (isinstance(seconds, dict) and {"bf16", "fp32"} <= set(seconds)):
-        seconds = {"bf16": probe_seconds(torch.bfloat16), "fp32": probe_seconds(torch.float32)}
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps({**cached, key: seconds}, indent=1) + "\n")
-        except OSError:
-            pass  # an unwritable cache only means measuring again next time
+    seconds = measured_once(cache_file(), machine_key(),
+                            lambda stored: isinstance(stored, dict) and {"bf16", "fp32"} <= set(stored),
+                            lambda: {"bf16": probe_seconds(torch.bfloat16), "fp32": probe_seconds(torch.float32)})
     faster, slower = ("bf16", "fp32") if seconds["bf16"] < seconds["fp32"] else ("fp32", "bf16")
     ratio = seconds[slower] / seconds[faster]
     dtype = torch.bfloat16 if faster == "bf16" else torch.float32

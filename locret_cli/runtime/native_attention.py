@@ -20,7 +20,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
-import json
 import os
 import shutil
 import subprocess
@@ -31,7 +30,7 @@ from pathlib import Path
 import torch
 
 from locret_cli.core.cache_attention import split_attention, use_attention_kernel
-from locret_cli.runtime.dtype_probe import cache_file, cpu_name, machine_key
+from locret_cli.runtime.dtype_probe import cache_file, cpu_name, cpuinfo, machine_key, measured_once
 
 SOURCE = Path(__file__).parent / "native" / "flash_bf16.c"
 FLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC"]
@@ -88,36 +87,35 @@ def install() -> str | None:
     """Hand chunks' and decode steps' attention to the native kernel where it is built and ran faster than torch's
     kernels here, each on its own; the rest to torch's. Returns a line for the cost table, or None where attention
     stays torch's."""
+    kernel, line = chosen_kernel()
+    use_attention_kernel(kernel)
+    return line
+
+
+@functools.cache
+def chosen_kernel() -> tuple[NativeKernel | None, str | None]:
+    """The kernel taking what its probe found faster here, and its cost-table line; (None, None) for none. Once per
+    process."""
     kernel = built_kernel()
     seconds = {} if kernel is None else probe(kernel)
     takes = frozenset(shape for shape, (native, plain) in seconds.items() if native < plain)
-    use_attention_kernel(NativeKernel(kernel.library, kernel.build, takes) if takes else None)
     if not takes:
-        return None
+        return None, None
     ratios = ", ".join(f"{shape} {seconds[shape][1] / seconds[shape][0]:.1f}x" for shape in PROBES if shape in takes)
-    return f"attention by locret's AVX-512 BF16 kernel ({ratios} torch's here)"
+    return (NativeKernel(kernel.library, kernel.build, takes),
+            f"attention by locret's AVX-512 BF16 kernel ({ratios} torch's here)")
 
 
 @functools.cache
 def built_kernel() -> NativeKernel | None:
     """The kernel, where this CPU has AVX-512 BF16 and a compiler builds it (and `LOCRET_NATIVE_ATTENTION` is not
     0); else None."""
-    if os.environ.get("LOCRET_NATIVE_ATTENTION") == "0" or "avx512_bf16" not in cpu_flags():
+    if os.environ.get("LOCRET_NATIVE_ATTENTION") == "0" or "avx512_bf16" not in cpuinfo("flags").split():
         return None
     built = build()
     if built is None:
         return None
     return NativeKernel(*built)
-
-
-def cpu_flags() -> set[str]:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
 
 
 def build() -> tuple[ctypes.CDLL, str] | None:
@@ -127,7 +125,7 @@ def build() -> tuple[ctypes.CDLL, str] | None:
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
         return None
-    built_for = " ".join([compiler, *FLAGS, cpu_name(), *sorted(cpu_flags())])
+    built_for = " ".join([compiler, *FLAGS, cpu_name(), *sorted(cpuinfo("flags").split())])
     name = hashlib.sha256(SOURCE.read_bytes() + built_for.encode()).hexdigest()[:16]
     for folder in (lambda: cache_file().parent / "native", lambda: Path(tempfile.mkdtemp(prefix="locret-native-"))):
         try:
@@ -146,23 +144,13 @@ def build() -> tuple[ctypes.CDLL, str] | None:
     return None
 
 
-@functools.cache
 def probe(kernel: NativeKernel) -> dict[str, tuple[float, float]]:
     """Seconds, (native, torch's), for each shape of `PROBES`, the best of five each; measured once per machine key
     (`dtype_probe.machine_key`) and build, then read from the cache."""
-    key, path = f"{machine_key()} | native attention {kernel.build}", cache_file().with_name("native-attention.json")
-    try:
-        cached = json.loads(path.read_text())
-    except (OSError, ValueError):
-        cached = {}
-    seconds = cached.get(key)
-    if not (isinstance(seconds, dict) and set(seconds) == set(PROBES)):
-        seconds = {shape: measure(kernel, *sizes) for shape, sizes in PROBES.items()}
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps({**cached, key: seconds}, indent=1) + "\n")
-        except OSError:
-            pass  # an unwritable cache only means measuring again next time
+    seconds = measured_once(cache_file().with_name("native-attention.json"),
+                            f"{machine_key()} | native attention {kernel.build}",
+                            lambda stored: isinstance(stored, dict) and set(stored) == set(PROBES),
+                            lambda: {shape: measure(kernel, *sizes) for shape, sizes in PROBES.items()})
     return {shape: tuple(pair) for shape, pair in seconds.items()}
 
 

@@ -22,11 +22,6 @@ from locret_cli.api import load_session
 from locret_cli.checks.grounding import DocumentText, ground
 
 
-def level(question: str, answer: str, text: DocumentText) -> int:
-    grounding = ground(question, answer, text)
-    return 2 if grounding.stated else 1 if grounding.status == "found" else 0
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("rows", type=Path)
@@ -49,9 +44,9 @@ def main() -> None:
             if route is None or cache is None:
                 continue
             windows = route["answer"] if route["route"] == "windows" else None
-            held = 0 if windows is None else level(question.question, windows, text)
+            held = 0 if windows is None else ground(question.question, windows, text).level
             shown = route
-            if held < 2 and level(question.question, cache["answer"], text) > held:
+            if held < 2 and ground(question.question, cache["answer"], text).level > held:
                 shown = cache
             counts = tally[question.kind]
             counts[0] += 1
