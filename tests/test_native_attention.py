@@ -71,6 +71,24 @@ def test_an_installed_kernel_gets_what_it_fits(length, fits, handed):
     assert torch.allclose(out, masked(query, key, value), atol=1e-5)
 
 
+@pytest.mark.parametrize("gradients, handed", [(True, []), (False, [16])])
+def test_a_forward_whose_gradients_are_wanted_goes_to_torchs_kernels(gradients, handed):
+    """The kernel computes forwards only: a reader's training step must reach the queries, keys and values."""
+    query, key, value = (torch.randn(1, h, n, 64, requires_grad=True) for h, n in ((9, 16), (3, 66), (3, 66)))
+    kernel = Recording()
+    previous = use_attention_kernel(kernel)
+    try:
+        with torch.set_grad_enabled(gradients):
+            out = cache_attention(query, key, value, 0.125)
+    finally:
+        use_attention_kernel(previous)
+    assert kernel.calls == handed
+    assert out.requires_grad == gradients
+    if gradients:
+        out.sum().backward()
+        assert all(t.grad is not None and t.grad.abs().sum() > 0 for t in (query, key, value))
+
+
 def test_it_is_not_built_where_it_is_turned_off_or_no_compiler_builds_it(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.setenv("CC", "false")  # a compiler that always fails

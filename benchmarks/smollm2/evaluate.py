@@ -36,7 +36,7 @@ from recipes import prose
 from recipes.smollm2 import documents
 
 FACTS_PER_LENGTH = {4000: 4, 32000: 7, 128000: 11}
-DOCUMENTS_PER_LENGTH = {4000: 6, 32000: 4, 128000: 2}
+DOCUMENTS_PER_LENGTH = {4000: 6, 32000: 4, 128000: 4}
 DEV_SEED = 50_000
 DEPTH_BANDS = ((0.0, 0.35, "first third"), (0.35, 0.65, "middle third"), (0.65, 1.0, "last third"))
 

@@ -23,6 +23,8 @@ as each document finishes; a rerun skips the configurations a document has rows 
         --documents 4
     python -m benchmarks.smollm2.reader_routes --out runs/reader-routes.jsonl --report
 
+`--candidate DIR` asks every configuration that has a reader a second time of the same read, with the reader in
+DIR, as `...+candidate` (two readers compared for the price of one read per document).
 `--model gemma3-270m` measures Gemma 3 270M the same way (it has no reader: the configurations without one).
 `--oracle fact+heads` or `fact+recent` reads each dev document with a fact-kept oracle (`fact_oracles.py`), and rows
 name it as their policy; `--budget`, `--span` and `--lazy-after` change the read's settings. Give each variant its
@@ -44,6 +46,7 @@ from locret_cli.bench.tasks import Question, contains_match, kinds_samples
 from locret_cli.core.measure import peak_memory
 from locret_cli.inputs.documents import text_document
 from locret_cli.models.heads_files import load_heads
+from locret_cli.models.reader_files import load_reader
 from recipes import prose
 
 CONFIGS = {  # name: (answer settings changed, with the reader)
@@ -67,14 +70,18 @@ def kinds_questions(session: Session, length: int, count: int) -> list[tuple[obj
 
 
 def run(session: Session, policy: str, sets: list[str], lengths: list[int], count: int, out: Path,
-        packages: Path | None, overrides: dict, chosen: list[str], oracle: str | None = None) -> None:
+        packages: Path | None, overrides: dict, chosen: list[str], oracle: str | None = None,
+        candidate=None) -> None:
     label = oracle or policy
     done = {(r["set"], r["length"], r["policy"], r["document"], r["config"]) for r in read_rows(out)}
     reader = session.reader
     runner = Session(session.loaded, session.heads, policy, reader)
     settings = runner.read_settings(**overrides)
     base = runner.answer_settings(max_new_tokens=32)
-    wanted = {n: c for n, c in CONFIGS.items() if (not c[1] or reader is not None) and n in chosen}
+    wanted = {n: (c, reader if with_reader else None) for n, (c, with_reader) in CONFIGS.items()
+              if (not with_reader or reader is not None) and n in chosen}
+    if candidate is not None:
+        wanted |= {n.replace("+reader", "+candidate"): (c, candidate) for n, (c, r) in list(wanted.items()) if r}
     for name in sets:
         for length in lengths:
             docs = dev_questions(length, count, packages) if name == "dev" else kinds_questions(session, length, count)
@@ -86,8 +93,8 @@ def run(session: Session, policy: str, sets: list[str], lengths: list[int], coun
                 reading = runner.read(document, settings, force=True, policy=keeper)
                 rows = []
                 for question in questions:
-                    for config, (changed, with_reader) in configs.items():
-                        reading.engine.reader = reader if with_reader else None
+                    for config, (changed, config_reader) in configs.items():
+                        reading.engine.reader = config_reader
                         answering = replace(base, **changed)
                         result = reading.ask(question.question, answering, sources=0)
                         rows.append({"set": name, "length": length, "policy": label, "document": index,
@@ -147,6 +154,7 @@ def main() -> None:
     parser.add_argument("--oracle", choices=ORACLES, help="a fact-kept oracle (fact_oracles.py), dev set only; "
                         "rows name it as their policy")
     parser.add_argument("--reader", help="a reader directory (default: the one shipped with the model)")
+    parser.add_argument("--candidate", help="a second reader directory, asked as `...+candidate` configurations")
     parser.add_argument("--heads", help="other heads, read with the shipped heads' recorded settings")
     parser.add_argument("--budget", type=int)
     parser.add_argument("--span", type=int, help="keep entries in blocks of this many tokens (--span)")
@@ -165,7 +173,8 @@ def main() -> None:
         if args.oracle and args.sets != "dev":
             parser.error("--oracle needs the facts' sentences: --sets dev")
         run(session, args.policy, args.sets.split(","), [int(n) for n in args.lengths.split(",")],
-            args.documents, args.out, args.prose_packages, overrides, args.configs.split(","), args.oracle)
+            args.documents, args.out, args.prose_packages, overrides, args.configs.split(","), args.oracle,
+            load_reader(args.candidate, session.loaded.model) if args.candidate else None)
     print(report(read_rows(args.out)))
 
 

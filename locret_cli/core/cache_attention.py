@@ -22,7 +22,8 @@ masked half of the chunk's own block. Here, instead:
   then attends to the rest without a mask, and a chunk with a band mask of (T, window - 1 + T) at most.
 
 - A kernel installed with `use_attention_kernel` (`runtime/native_attention.py`, where it ran faster than torch's)
-  takes every forward it `fits`: a chunk's causal part and kept entries in one call, or a decode step's query.
+  takes every forward it `fits`: a chunk's causal part and kept entries in one call, or a decode step's query. A
+  kernel computes forwards only: one whose gradients are wanted (a reader's training step) goes to torch's kernels.
 
 The result is the masked attention up to rounding (tests/test_cache_attention.py on the CPU;
 `research/gpu/check_cache_attention.py` on CUDA). `use_cache_attention` selects this implementation for one forward
@@ -70,9 +71,13 @@ def cache_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     """Attention of query (B, heads, T, D) over key, value (B, kv_heads, n, D), whose last T entries are the
     queries' own (causal among themselves) and whose first n - T every query sees; returns (B, heads, T, D)."""
     kernel = _kernel
-    if kernel is not None and kernel.fits(query, key, value):
+    if kernel is not None and not _wants_gradients(query, key, value) and kernel.fits(query, key, value):
         return kernel.attend(query, key, value, scale)
     return split_attention(query, key, value, scale)
+
+
+def _wants_gradients(*tensors: torch.Tensor) -> bool:
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
 def split_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float) -> torch.Tensor:
