@@ -44,6 +44,7 @@ from benchmarks.smollm2.fact_oracles import ORACLES, fact_oracle
 from locret_cli.api import Session, load_session
 from locret_cli.bench.tasks import Question, contains_match, kinds_samples
 from locret_cli.core.measure import peak_memory
+from locret_cli.core.reader import ReaderAdapter
 from locret_cli.inputs.documents import text_document
 from locret_cli.models.heads_files import load_heads
 from locret_cli.models.reader_files import load_reader
@@ -71,7 +72,7 @@ def kinds_questions(session: Session, length: int, count: int) -> list[tuple[obj
 
 def run(session: Session, policy: str, sets: list[str], lengths: list[int], count: int, out: Path,
         packages: Path | None, overrides: dict, chosen: list[str], oracle: str | None = None,
-        candidate=None) -> None:
+        candidate: ReaderAdapter | None = None) -> None:
     label = oracle or policy
     done = {(r["set"], r["length"], r["policy"], r["document"], r["config"]) for r in read_rows(out)}
     reader = session.reader
@@ -81,7 +82,7 @@ def run(session: Session, policy: str, sets: list[str], lengths: list[int], coun
     wanted = {n: (c, reader if with_reader else None) for n, (c, with_reader) in CONFIGS.items()
               if (not with_reader or reader is not None) and n in chosen}
     if candidate is not None:
-        wanted |= {n.replace("+reader", "+candidate"): (c, candidate) for n, (c, r) in list(wanted.items()) if r}
+        wanted |= {n.replace("+reader", "+candidate"): (c, candidate) for n, (c, r) in wanted.items() if r}
     for name in sets:
         for length in lengths:
             docs = dev_questions(length, count, packages) if name == "dev" else kinds_questions(session, length, count)
