@@ -18,10 +18,12 @@ from recipes.heads_recipe import arguments, build
 NAME = "smollm2-135m-instruct"
 # engine settings recorded with the heads (docs/real-models.md, docs/reader.md): the model's 8,192 positions hold
 # budget + chunk + question under compact positions; answers come from the window the question's words locate, read
-# again whole, and from the bounded cache (with the reader) where none is located or the window's answer names
-# nothing the document holds; that cache keeps its entries in blocks of 8 tokens, which the reader was trained on
+# again whole, and from the bounded cache (with the reader) where none is located or the document does not state the
+# window's answer and states the cache's; that cache keeps its entries in blocks of 8 tokens, which the reader was
+# trained on; no word is given twice in a row, and only numbers the document holds
 DEFAULTS = {"budget": 4096, "chunk_size": 1024, "stabilizers": 256, "score_pool": 1, "span": 8, "reread": 1,
-            "reread_tokens": 1024, "locate": "words", "stop_repeats": 8, "fallback": "unspecific"}
+            "reread_tokens": 1024, "locate": "words", "stop_repeats": 8, "word_repeats": False,
+            "numbers_from_document": True, "fallback": "unstated"}
 
 
 def main() -> None:

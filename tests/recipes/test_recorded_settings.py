@@ -1,0 +1,18 @@
+"""Each heads recipe installs the settings the package ships with those heads, so running it again changes nothing
+a user gets but the weights."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from locret_cli.models.shipped import DEFAULTS_FILE, HEADS_ROOT
+from recipes.gemma3 import build_heads as gemma3_heads
+from recipes.smollm2 import build_heads as smollm2_heads
+
+
+@pytest.mark.parametrize("recipe", [smollm2_heads, gemma3_heads], ids=lambda r: r.NAME)
+def test_a_recipe_records_the_settings_that_ship_with_its_heads(recipe):
+    shipped = json.loads((HEADS_ROOT / recipe.NAME / DEFAULTS_FILE).read_text())
+    assert recipe.DEFAULTS == shipped
