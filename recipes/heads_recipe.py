@@ -25,13 +25,14 @@ from recipes.smollm2 import heads_data
 RECIPE = {"examples": 1500, "tokens": 1700, "steps": 1500, "hidden": 256, "lr": 5e-4, "max_len": 2048}
 
 
-def arguments(description: str, out: str, steps: int = RECIPE["steps"]) -> argparse.Namespace:
+def arguments(description: str, out: str, steps: int = RECIPE["steps"], keep_weight: float = 0.0) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--prose-packages", type=Path, help="the `pip install --target` folder of the extra packages")
     parser.add_argument("--out", type=Path, default=Path(out))
     parser.add_argument("--steps", type=int, default=steps)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--keep-weight", type=float, default=0.0, help="the keep loss's weight (0: no keep loss)")
+    parser.add_argument("--keep-weight", type=float, default=keep_weight,
+                        help=f"the keep loss's weight (0: no keep loss; default {keep_weight})")
     parser.add_argument("--no-install", action="store_true", help="train only; leave the package's heads alone")
     return parser.parse_args()
 

@@ -5,7 +5,8 @@
     python -m recipes.smollm2.build_heads --prose-packages runs/prose-packages --out runs/smollm2
 
 It writes the training records (prose of the training packages only, `prose.py`), trains heads on the model named
-`smollm2` with `locret train`'s trainer (checkpoints every 250 steps; run it again to resume), then copies the heads,
+`smollm2` with `locret train`'s trainer and its keep loss at weight 1 (checkpoints every 250 steps; run it again to
+resume), then copies the heads,
 with the model's identity and the engine defaults below, into the package (`locret_cli/models/heads/`):
 `recipes/heads_recipe.py`.
 Costs measured on 2 CPU cores are in docs/real-models.md.
@@ -16,6 +17,9 @@ from __future__ import annotations
 from recipes.heads_recipe import arguments, build
 
 NAME = "smollm2-135m-instruct"
+# the keep loss ranks every fact's statement above the rest of its record (`locret train --keep-weight`): the heads
+# then leave a cache the model reads at 128K, where the budget keeps 3% of the document (docs/reader.md)
+KEEP_WEIGHT = 1.0
 # engine settings recorded with the heads (docs/real-models.md, docs/reader.md): the model's 8,192 positions hold
 # budget + chunk + question under compact positions; answers come from the window the question's words locate, read
 # again whole, and from the bounded cache (with the reader) where none is located or the document does not state the
@@ -27,7 +31,7 @@ DEFAULTS = {"budget": 4096, "chunk_size": 1024, "stabilizers": 256, "score_pool"
 
 
 def main() -> None:
-    build("smollm2", NAME, DEFAULTS, arguments(__doc__, "runs/smollm2"))
+    build("smollm2", NAME, DEFAULTS, arguments(__doc__, "runs/smollm2", keep_weight=KEEP_WEIGHT))
 
 
 if __name__ == "__main__":
