@@ -2,12 +2,14 @@
 
     pip install --no-deps --target runs/prose-packages scipy==1.16.3 pandas==2.3.3 astropy==7.1.1 \\
         sqlalchemy==2.0.44 scikit-learn==1.7.2 statsmodels==0.14.5 django==5.2.8
-    python -m recipes.smollm2.build_reader --prose-packages runs/prose-packages --out runs/smollm2-reader
+    python -m recipes.smollm2.build_reader --prose-packages runs/prose-packages --out runs/smollm2-reader \
+        --heads research/artifacts/smollm2-heads-without-keep-loss
 
 It writes the training records (documents of the training packages' prose with facts, `reader_data.py`), trains a
-reader with `locret train-reader`'s trainer on SmolLM2's own bounded caches, read with its shipped heads and
-settings (reads are saved, checkpoints every 100 steps: run it again to resume), then copies the reader into the
-package beside the heads (`locret_cli/models/heads/`), where `--model smollm2` finds it.
+reader with `locret train-reader`'s trainer on SmolLM2's own bounded caches, read with the heads given (default: the
+shipped ones) and the shipped settings (reads are saved, checkpoints every 100 steps: run it again to resume), then
+copies the reader into the package beside the heads (`locret_cli/models/heads/`), where `--model smollm2` finds it.
+The shipped reader was trained on the reads of the heads trained without the keep loss, as the command above does.
 """
 
 from __future__ import annotations
