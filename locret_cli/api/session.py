@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-
+import shutil
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import BinaryIO
@@ -13,6 +13,7 @@ import torch
 from locret_cli.api.answer import AskResult, DocumentInfo
 from locret_cli.api.pending_read import PendingRead, sized
 from locret_cli.api.reading import SOURCES_SHOWN, Reading
+from locret_cli.core.compiled_step import CompiledStep, compile_decode
 from locret_cli.core.engine import QUESTION_ALLOWANCE, Engine, Progress
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.core.measure import check_fits, human_bytes, plan_memory, reset_peak
@@ -204,15 +205,34 @@ def kept_ids(chunks: Iterable[TokenChunk], into: list[torch.Tensor]) -> Iterator
 def load_session(model: str | ModelSpec | None = None, heads: str | None = None, policy: str = DEFAULT_POLICY,
                  device: str = "auto", dtype: str = "auto", load_4bit: bool = False,
                  trust_remote_code: bool = False, heads_required: bool = True, load_8bit: bool = False,
-                 max_memory: str | None = None, reader: str | None = None) -> Session:
+                 max_memory: str | None = None, reader: str | None = None, compile_decode: bool = False) -> Session:
     """Load a model and the heads the policy needs: a ModelSpec, or its fields as arguments (the embedded default
     when `model` is None). Heads come from `heads`, else those shipped for this model (`models/shipped.py`), whose
     recorded engine settings then become the defaults (for every policy). The reader comes from `reader` (a
     directory, or "off"), else the one shipped for the model, if any. A session that only answers from saved
-    contexts needs no heads: pass heads_required=False."""
+    contexts needs no heads: pass heads_required=False. With `compile_decode`, answers decode with a step compiled
+    whole (`core/compiled_step.py`)."""
     spec = model if isinstance(model, ModelSpec) else ModelSpec(model, heads, policy, device, dtype, load_4bit,
                                                                  load_8bit, trust_remote_code, max_memory=max_memory,
-                                                                 reader=reader)
+                                                                 reader=reader, compile_decode=compile_decode)
+    session = _loaded_session(spec, heads_required)
+    if spec.compile_decode:
+        compiled_decoding(session.loaded.model)
+    return session
+
+
+def compiled_decoding(model) -> None:
+    """Give `model` the compiled decode step, or refuse in one line where it cannot have one."""
+    if not CompiledStep.fits(model):
+        raise SettingError(f"{{compile_decode}} compiles Llama, Mistral and Qwen2 decoders on the CPU; this model is "
+                           f"{model.config.model_type} on {model.device.type}")
+    if shutil.which("c++") is None and shutil.which("g++") is None:
+        raise SettingError("{compile_decode} needs a C++ compiler (install g++)")
+    compile_decode(model)
+
+
+def _loaded_session(spec: ModelSpec, heads_required: bool) -> Session:
+    """`load_session` of a spec, before any compiling."""
     if spec.arch is not None:
         from locret_cli.models.arch import random_session_parts
 

@@ -60,6 +60,7 @@ class BenchConfig:
     dtype: str = "auto"
     load_4bit: bool = False
     load_8bit: bool = False  # int8 weights: with --arch too, the random weights quantized
+    compile_decode: bool = False
     max_memory: str | None = None
     trust_remote_code: bool = False
     memory_limit_gb: float | None = None
@@ -67,7 +68,7 @@ class BenchConfig:
     def model_spec(self, policy: str) -> ModelSpec:
         """The model each cell of `policy` loads."""
         return ModelSpec(self.model, self.heads, policy, self.device, self.dtype, self.load_4bit, self.load_8bit,
-                         self.trust_remote_code, self.arch, self.max_memory, self.reader)
+                         self.trust_remote_code, self.arch, self.max_memory, self.reader, self.compile_decode)
 
     def checked(self) -> "BenchConfig":
         if self.model and self.arch:

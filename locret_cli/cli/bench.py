@@ -38,6 +38,7 @@ def bench(
     dtype: option_groups.Dtype = "auto",
     load_4bit: option_groups.Load4bit = False,
     load_8bit: option_groups.Load8bit = False,
+    compile_decode: option_groups.CompileDecode = False,
     max_memory: option_groups.MaxMemory = None,
     trust_remote_code: option_groups.TrustRemoteCode = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document {config, rows} on stdout and nothing else.")] = False,
@@ -57,7 +58,7 @@ def bench(
         lengths=parse_lengths(lengths), tasks=[t.strip() for t in tasks.split(",") if t.strip()], data=data,
         samples=samples, repeat=repeat, budget=budget, chunk_size=chunk_size, stabilizers=stabilizers,
         positions=positions, max_new_tokens=max_new_tokens, device=device, dtype=dtype, load_4bit=load_4bit,
-        load_8bit=load_8bit, max_memory=max_memory, trust_remote_code=trust_remote_code, memory_limit_gb=memory_limit,
+        load_8bit=load_8bit, compile_decode=compile_decode, max_memory=max_memory, trust_remote_code=trust_remote_code, memory_limit_gb=memory_limit,
     ).checked()
     with err.status("measuring this machine's matmul rate", spinner="dots") as status:
         result = run_bench(config, on_cell=lambda label, i, n: status.update(f"cell {min(i + 1, n)}/{n}: {label}"))

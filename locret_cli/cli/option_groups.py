@@ -49,6 +49,10 @@ MaxMemory = Annotated[Optional[str], typer.Option(
     "--max-memory", help="Hold at most this much of the model's weights in memory (such as 2GiB); the rest stays on "
                          "disk in its safetensors file and is read layer by layer as it runs. CPU only; for a .gguf "
                          "file, `locret convert` it first.", rich_help_panel=MODEL_PANEL)]
+CompileDecode = Annotated[bool, typer.Option(
+    "--compile-decode", help="Decode with a step compiled whole (Llama, Mistral and Qwen2 on the CPU; needs a C++ "
+                             "compiler): faster steps after tens of seconds of compiling, for long answers and many "
+                             "questions.", rich_help_panel=MODEL_PANEL)]
 # the training commands' (`train`, `train-reader`): what a run in --out does with the run already there
 SaveEvery = Annotated[int, typer.Option(help="Checkpoint every N steps.")]
 Resume = Annotated[bool, typer.Option("--resume", help="Continue from the newest checkpoint in --out.")]
@@ -68,7 +72,7 @@ def model_options() -> list[inspect.Parameter]:
     declared = [("model", ModelName, None), ("heads", Heads, None), ("reader", Reader, None), ("policy", policy, None),
                 ("device", Device, "auto"), ("dtype", Dtype, "auto"), ("load_4bit", Load4bit, False),
                 ("load_8bit", Load8bit, False), ("max_memory", MaxMemory, None),
-                ("trust_remote_code", TrustRemoteCode, False)]
+                ("trust_remote_code", TrustRemoteCode, False), ("compile_decode", CompileDecode, False)]
     return [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
             for name, annotation, default in declared]
 

@@ -83,6 +83,12 @@ class LocretCache(Cache):
             if layer.buffers is not None and layer.buffers.capacity < entries:
                 layer._private_copy(entries)
 
+    def own_tails(self, more: int) -> None:
+        """Make every layer's buffers this cache's to write its next `more` entries into (a fork copies what it
+        shares, a full buffer grows), for a step that writes them in place (`compiled_step.py`)."""
+        for layer in self.layers:
+            layer._own_tail(layer.length + more)
+
     def stage(self, positions: torch.Tensor, origins: torch.Tensor) -> None:
         """Set the positions and origins (token indices) (T,) of the tokens the next forward pass appends."""
         positions, origins = positions.to(torch.int32), origins.to(torch.int32)

@@ -36,6 +36,12 @@ def counting_steps(counter: Callable[[int], None]) -> Iterator[None]:
         _counters.remove(counter)
 
 
+def count_step(cache: LocretCache) -> None:
+    """Tell each counter of `counting_steps` in force that a step over `cache` begins."""
+    for counter in _counters:
+        counter(cache.get_seq_length())
+
+
 class DecodeStep:
     """Logits (1, 1, vocab) of one token at one position, appended to the cache, for a model `fits`."""
 
@@ -55,8 +61,7 @@ class DecodeStep:
 
     def __call__(self, token_id: torch.Tensor, position: torch.Tensor, cache: LocretCache) -> torch.Tensor:
         """token_id and position (1, 1); the cache's next entries are already staged."""
-        for counter in _counters:
-            counter(cache.get_seq_length())
+        count_step(cache)
         hidden = self.embed(token_id)
         cos, sin = self.rotary(hidden, position_ids=position)
         attend = attention_in_force(self.config, self.eager)

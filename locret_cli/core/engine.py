@@ -19,7 +19,7 @@ from locret_cli.core.cache_attention import applies_to, use_cache_attention
 from locret_cli.core.capture import capture_qkv
 from locret_cli.core.document_numbers import DocumentNumbers
 from locret_cli.core.citations import AttentionTally
-from locret_cli.core.decode_step import DecodeStep
+from locret_cli.core.compiled_step import decode_step_for
 from locret_cli.core.lazy_prefill import check_lazy, flowing_tokens, lazy_layers
 from locret_cli.core.policies import Policy, select
 from locret_cli.core.probe import observe_attention
@@ -108,7 +108,7 @@ class Engine:
         self.rotary = rotary_module(model)
         self.dynamic_frequencies = changes_with_length(self.rotary)
         self.mask_free = applies_to(model)  # attention over the cache without a mask (`cache_attention.py`)
-        self.step = DecodeStep(model) if DecodeStep.fits(model) else None  # one token's forward, our own glue
+        self.step = decode_step_for(model)  # one token's forward: our own glue, or compiled whole
         room = settings.budget + settings.chunk_size + QUESTION_ALLOWANCE + answering.max_new_tokens
         room = room if policy.evicts else 0
         self.cache = LocretCache(layers, reserved=room, step=settings.chunk_size, kv_bits=settings.kv_bits,

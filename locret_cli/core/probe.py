@@ -22,6 +22,11 @@ Observer = Callable[[int, torch.Tensor, torch.Tensor, float], None]
 _observers: list[Observer] = []
 
 
+def observer_in_force() -> Observer | None:
+    """The observer that hears attention calls now (the innermost `observe_attention`), or None."""
+    return _observers[-1] if _observers else None
+
+
 def _attention(module, query, key, value, attention_mask, scaling=None, **kwargs):
     if _observers:
         _observers[-1](module.layer_idx, query, key, scaling if scaling is not None else query.shape[-1] ** -0.5)

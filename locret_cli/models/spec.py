@@ -26,6 +26,7 @@ class ModelSpec:
     arch: str | None = None
     max_memory: str | None = None  # a size such as 2GiB: weights past it stay on disk (`runtime/offload.py`)
     reader: str | None = None
+    compile_decode: bool = False  # decode with a step compiled whole (`core/compiled_step.py`)
 
     def to_json(self) -> dict:
         return asdict(self)

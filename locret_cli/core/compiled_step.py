@@ -1,0 +1,178 @@
+"""A decode step compiled whole by inductor, as gpt-fast compiles its decoder, for Llama-family models on the CPU
+(`--compile-decode`).
+
+The own step (`decode_step.py`) runs the model's modules eagerly: about 1,500 small ops a step for SmolLM2-135M, each
+paying the dispatcher, which on two Zen 4 cores cost more than the linears did. This step is one function of the
+model's weights, traced once into one graph with static shapes: the norms as transformers computes them, the
+projections that read one input as one product, the rotary embedding by the model's own module, the MLP, the head.
+The cache stays locret's: the step writes the new entry into the layer's preallocated buffers at a slot given as a
+tensor (so nothing recompiles from one step to the next) and attends over the filled slots through
+`cache_attention`, the attention the own step uses, called as one opaque op. An observer in force (citations' tally)
+hears every layer's query and keys, as it would from the model's attention.
+
+It answers for what the own step fits and the graph holds: a CPU, no forward hooks on the model's modules (a reader
+in force), an unquantized cache and a rotary embedding whose frequencies do not change with length. Otherwise the own
+step answers. Compiling takes tens of seconds the first time in a process (`docs/performance.md`); the step pays for
+itself only over long answers or many questions.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from locret_cli.core.cache import LocretCache
+from locret_cli.core.cache_attention import cache_attention
+from locret_cli.core.decode_step import DecodeStep, count_step
+from locret_cli.core.probe import observer_in_force
+
+ATTRIBUTE = "locret_compiled_step"  # the model's compiled step, once `compile_decode` gave it one
+DYNAMIC_ROPE = ("dynamic", "longrope")
+
+
+def attend_filled(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, filled: torch.Tensor,
+                  scale: float) -> torch.Tensor:
+    """`cache_attention` of query (1, heads, 1, D) over the first `filled` slots of a layer's key and value buffers
+    (1, kv_heads, capacity, D): (1, 1, heads * D)."""
+    entries = int(filled)
+    out = cache_attention(query, keys[:, :, :entries], values[:, :, :entries], scale)
+    return out.transpose(1, 2).reshape(1, 1, -1).clone()
+
+
+# registered as a plain operator (a CPU kernel and a shape function), which costs less per call than
+# `torch.library.custom_op`'s wrapper: the graph calls it once per layer and step
+_LIBRARY = torch.library.Library("locret", "FRAGMENT")
+_LIBRARY.define("attend_filled(Tensor query, Tensor keys, Tensor values, Tensor filled, float scale) -> Tensor")
+_LIBRARY.impl("attend_filled", attend_filled, "CPU")
+_LIBRARY.impl("attend_filled", lambda query, keys, values, filled, scale: query.new_empty(
+    1, 1, query.shape[1] * query.shape[3]), "Meta")
+
+
+def rms_norm(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """transformers' Llama RMSNorm: in fp32, back to the input's dtype, times the weight."""
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
+    return norm.weight * h.to(x.dtype)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def linear(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """A plain `nn.Linear`'s product (its weight, not a packed forward the engine gave it), else the module's own."""
+    return F.linear(x, module.weight, module.bias) if type(module) is nn.Linear else module(x)
+
+
+def joint_linear(modules: list[nn.Module], x: torch.Tensor) -> list[torch.Tensor]:
+    """The outputs of linears that read `x`: one product where all are plain `nn.Linear` (inductor folds the joined
+    weight into a constant), else each module's own."""
+    if not all(type(m) is nn.Linear for m in modules):
+        return [linear(m, x) for m in modules]
+    bias = None if modules[0].bias is None else torch.cat([m.bias for m in modules])
+    out = F.linear(x, torch.cat([m.weight for m in modules]), bias)
+    return list(out.split([m.out_features for m in modules], -1))
+
+
+class StaticDecoder(nn.Module):
+    """(logits (1, 1, vocab), queries (layers, 1, heads, 1, D)) of one token written at each layer's `slots`
+    entry."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+        config = model.config
+        self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+
+    def forward(self, token: torch.Tensor, position: torch.Tensor, origin: torch.Tensor, slots: torch.Tensor,
+                buffers: list[list[torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
+        decoder = self.model.model
+        hidden = decoder.embed_tokens(token)
+        cos, sin = decoder.rotary_emb(hidden, position_ids=position)
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        queries = []
+        for index, (layer, (keys, values, scores, positions, origins)) in enumerate(zip(decoder.layers, buffers)):
+            attention, slot = layer.self_attn, slots[index:index + 1]
+            x = rms_norm(layer.input_layernorm, hidden)
+            q, k, v = joint_linear([attention.q_proj, attention.k_proj, attention.v_proj], x)
+            q = q.view(1, 1, self.heads, self.head_dim).transpose(1, 2)
+            k = k.view(1, 1, self.kv_heads, self.head_dim).transpose(1, 2)
+            v = v.view(1, 1, self.kv_heads, self.head_dim).transpose(1, 2)
+            q = q * cos + rotate_half(q) * sin
+            k = k * cos + rotate_half(k) * sin
+            keys.index_copy_(2, slot, k)
+            values.index_copy_(2, slot, v)
+            scores.index_fill_(2, slot, 0.0)
+            positions.index_copy_(2, slot, position.to(positions.dtype).view(1, 1, 1).expand(1, self.kv_heads, 1))
+            origins.index_copy_(2, slot, origin.to(origins.dtype).view(1, 1, 1).expand(1, self.kv_heads, 1))
+            queries.append(q)
+            out = torch.ops.locret.attend_filled(q.contiguous(), keys, values, slot[0] + 1, attention.scaling)
+            hidden = hidden + linear(attention.o_proj, out)
+            x = rms_norm(layer.post_attention_layernorm, hidden)
+            gate, up = joint_linear([layer.mlp.gate_proj, layer.mlp.up_proj], x)
+            hidden = hidden + linear(layer.mlp.down_proj, F.silu(gate) * up)
+        return linear(self.model.lm_head, rms_norm(decoder.norm, hidden)), torch.stack(queries)
+
+
+class CompiledStep:
+    """`DecodeStep`'s contract (logits of one token, appended to the cache) through the compiled `StaticDecoder`,
+    or through the own step where the graph does not hold the case (see the module docstring)."""
+
+    def __init__(self, model):
+        import torch._dynamo  # imported here: torch.compile's machinery takes seconds to import
+        from torch._inductor import config
+
+        self.model, self.own = model, DecodeStep(model)
+        self.mark_dynamic, self.inductor = torch._dynamo.mark_dynamic, config
+        self.compiled = torch.compile(StaticDecoder(model), fullgraph=True)
+        self.traced = False
+        self.modules = list(model.modules())
+        self.attentions = [layer.self_attn for layer in model.model.layers[: model.config.num_hidden_layers]]
+
+    @staticmethod
+    def fits(model) -> bool:
+        rope = (getattr(model.config, "rope_parameters", None) or {}).get("rope_type", "default")
+        return DecodeStep.fits(model) and model.device.type == "cpu" and rope not in DYNAMIC_ROPE
+
+    def __call__(self, token_id: torch.Tensor, position: torch.Tensor, cache: LocretCache) -> torch.Tensor:
+        if cache.kv_bits != 16 or torch.is_grad_enabled() or any(m._forward_hooks or m._forward_pre_hooks
+                                                            for m in self.modules):
+            return self.own(token_id, position, cache)
+        count_step(cache)
+        cache.own_tails(1)
+        layers = cache.layers
+        buffers = [[layer.buffers.tensors[name] for name in ("keys", "values", "scores", "positions", "origins")]
+                   for layer in layers]
+        slots = torch.tensor([layer.length for layer in layers])
+        if not self.traced:  # one graph for buffers of every capacity: no second compile for the next answer
+            for tensor in (t for layer_buffers in buffers for t in layer_buffers):
+                self.mark_dynamic(tensor, 2)
+            self.traced = True
+        # the weights folded in as constants, packed for oneDNN
+        with self.inductor.patch(freezing=True):
+            logits, queries = self.compiled(token_id, position, layers[0].staged_origins, slots, buffers)
+        for layer in layers:
+            layer.length += 1
+        observer = observer_in_force()
+        if observer is not None:
+            for index, (layer, attention) in enumerate(zip(layers, self.attentions)):
+                observer(index, queries[index], layer.keys, attention.scaling)
+        return logits
+
+
+def compile_decode(model) -> bool:
+    """Give `model` a compiled decode step (the engine takes it in place of the own step); False, and nothing
+    changed, where `CompiledStep.fits` does not hold."""
+    if not CompiledStep.fits(model):
+        return False
+    setattr(model, ATTRIBUTE, CompiledStep(model))
+    return True
+
+
+def decode_step_for(model) -> DecodeStep | CompiledStep | None:
+    """The step the engine decodes with: the compiled one `compile_decode` gave the model, else the own step where it
+    fits, else None (the model's forward)."""
+    return getattr(model, ATTRIBUTE, None) or (DecodeStep(model) if DecodeStep.fits(model) else None)
