@@ -3,17 +3,18 @@
 
 The own step (`decode_step.py`) runs the model's modules eagerly: about 1,500 small ops a step for SmolLM2-135M, each
 paying the dispatcher, which on two Zen 4 cores cost more than the linears did. This step is one function of the
-model's weights, traced once into one graph with static shapes: the norms as transformers computes them, the
-projections that read one input as one product, the rotary embedding by the model's own module, the MLP, the head.
-The cache stays locret's: the step writes the new entry into the layer's preallocated buffers at a slot given as a
-tensor (so nothing recompiles from one step to the next) and attends over the filled slots through
+model's weights, traced once into one graph: the norms as transformers computes them, the projections that read
+one input as one product, the rotary embedding by the model's own module, the MLP, the head; inductor's freezing
+folds the weights in, packed for oneDNN. The cache stays locret's: the step writes the new entry into the layer's
+preallocated buffers at a slot given as a tensor, the buffers' length symbolic (so nothing recompiles from one step
+or one answer to the next), and attends over the filled slots through
 `cache_attention`, the attention the own step uses, called as one opaque op. An observer in force (citations' tally)
 hears every layer's query and keys, as it would from the model's attention.
 
 It answers for what the own step fits and the graph holds: a CPU, no forward hooks on the model's modules (a reader
 in force), an unquantized cache and a rotary embedding whose frequencies do not change with length. Otherwise the own
-step answers. Compiling takes tens of seconds the first time in a process (`docs/performance.md`); the step pays for
-itself only over long answers or many questions.
+step answers. Compiling takes tens of seconds and some memory once per process (`docs/performance.md`); the step
+pays for itself only over long answers or many questions.
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from locret_cli.core.cache_attention import use_attention_kernel
+from locret_cli.core.compiled_step import rms_norm, rotate_half
 from locret_cli.models.arch import random_model
 from locret_cli.runtime.native_attention import built_kernel
 from locret_cli.runtime.packed_linear import pack_linears
@@ -45,18 +46,6 @@ def one_query(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, fil
 @one_query.register_fake
 def _(query, keys, values, filled, scale):
     return query.new_empty(1, 1, query.shape[1], query.shape[3])
-
-
-def rms_norm(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """transformers' LlamaRMSNorm: in fp32, then back to the input's dtype, times the weight."""
-    h = x.float()
-    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
-    return norm.weight * h.to(x.dtype)
-
-
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
 class StaticDecoder(nn.Module):
