@@ -1,6 +1,6 @@
 """The decode step compiled whole (`core/compiled_step.py`, `--compile-decode`): transformers' greedy tokens, the
-same cache afterwards and the same citations, in bf16 and fp32; the own step where the graph does not hold the case.
-Compiling needs a C++ compiler (inductor's CPU backend): without one these tests are skipped."""
+same cache afterwards and the same citations, in bf16 and fp32, and with int8 weights; the own step where the graph
+does not hold the case. Compiling needs a C++ compiler (inductor's CPU backend): without one these tests are skipped."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from locret_cli.core.engine import Engine
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.core.policies.locret import LocretPolicy
 from locret_cli.core.settings import AnswerSettings, ReadSettings
+from locret_cli.runtime.int8_linear import quantize_linears
 
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None,
                                 reason="inductor's CPU backend needs a C++ compiler")
@@ -113,3 +114,11 @@ def test_the_cli_answers_the_same_compiled_and_refuses_a_model_it_cannot_compile
     assert refused.exit_code == 1 and "Traceback" not in refused.output
     assert "--compile-decode compiles Llama, Mistral and Qwen2 decoders on the CPU; this model is gemma3" in \
         refused.output
+
+
+def test_int8_weights_are_compiled_too(monkeypatch):
+    model = tiny_model("llama").to(torch.bfloat16)
+    quantize_linears(model)
+    assert compile_decode(model)
+    own_step_calls(model, monkeypatch, allowed=False)
+    assert answer(model, True)[0] == answer(model, False)[0]

@@ -67,13 +67,24 @@ def linear(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return F.linear(x, module.weight, module.bias) if type(module) is nn.Linear else module(x)
 
 
+def int8_rows(module: nn.Module) -> bool:
+    """Whether `module` holds int8 weights with one scale per output row (`runtime/int8_linear.py`)."""
+    weight = getattr(module, "weight", None)
+    return weight is not None and weight.dtype == torch.int8 and hasattr(module, "weight_scale")
+
+
 def joint_linear(modules: list[nn.Module], x: torch.Tensor) -> list[torch.Tensor]:
-    """The outputs of linears that read `x`: one product where all are plain `nn.Linear` (inductor folds the joined
-    weight into a constant), else each module's own."""
-    if not all(type(m) is nn.Linear for m in modules):
+    """The outputs of linears that read `x`: one product where all are plain `nn.Linear` alike in bias, or all int8
+    weights with a scale per row (`--load-8bit`'s) and no bias (inductor folds the joined weights into constants),
+    else each module's own."""
+    if all(type(m) is nn.Linear for m in modules) and len({m.bias is None for m in modules}) == 1:
+        bias = None if modules[0].bias is None else torch.cat([m.bias for m in modules])
+        out = F.linear(x, torch.cat([m.weight for m in modules]), bias)
+    elif all(int8_rows(m) and m.bias is None for m in modules):
+        weight, scale = torch.cat([m.weight for m in modules]), torch.cat([m.weight_scale for m in modules])
+        out = torch._weight_int8pack_mm(x.reshape(1, -1), weight, scale).view(*x.shape[:-1], -1)
+    else:
         return [linear(m, x) for m in modules]
-    bias = None if modules[0].bias is None else torch.cat([m.bias for m in modules])
-    out = F.linear(x, torch.cat([m.weight for m in modules]), bias)
     return list(out.split([m.out_features for m in modules], -1))
 
 
