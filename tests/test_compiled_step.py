@@ -5,7 +5,6 @@ does not hold the case. Compiling needs a C++ compiler (inductor's CPU backend):
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 import torch
@@ -15,15 +14,14 @@ from test_engine import chunks_of, random_ids
 from test_reader import strong_reader
 
 from locret_cli.core.citations import AttentionTally
-from locret_cli.core.compiled_step import ATTRIBUTE, CompiledStep, compile_decode
+from locret_cli.core.compiled_step import ATTRIBUTE, CompiledStep, compile_decode, cpp_compiler
 from locret_cli.core.engine import Engine
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.core.policies.locret import LocretPolicy
 from locret_cli.core.settings import AnswerSettings, ReadSettings
 from locret_cli.runtime.int8_linear import quantize_linears
 
-pytestmark = pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None,
-                                reason="inductor's CPU backend needs a C++ compiler")
+pytestmark = pytest.mark.skipif(cpp_compiler() is None, reason="inductor's CPU backend needs a C++ compiler")
 
 
 @pytest.fixture(scope="module", params=[torch.float32, torch.bfloat16], ids=["fp32", "bf16"])

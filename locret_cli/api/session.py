@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import shutil
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import BinaryIO
@@ -13,7 +12,7 @@ import torch
 from locret_cli.api.answer import AskResult, DocumentInfo
 from locret_cli.api.pending_read import PendingRead, sized
 from locret_cli.api.reading import SOURCES_SHOWN, Reading
-from locret_cli.core.compiled_step import CompiledStep, compile_decode
+from locret_cli.core.compiled_step import compile_decode, cpp_compiler
 from locret_cli.core.engine import QUESTION_ALLOWANCE, Engine, Progress
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.core.measure import check_fits, human_bytes, plan_memory, reset_peak
@@ -223,12 +222,11 @@ def load_session(model: str | ModelSpec | None = None, heads: str | None = None,
 
 def compiled_decoding(model) -> None:
     """Give `model` the compiled decode step, or refuse in one line where it cannot have one."""
-    if not CompiledStep.fits(model):
+    if cpp_compiler() is None:
+        raise SettingError("{compile_decode} needs a C++ compiler (install g++)")
+    if not compile_decode(model):
         raise SettingError(f"{{compile_decode}} compiles Llama, Mistral and Qwen2 decoders on the CPU; this model is "
                            f"{model.config.model_type} on {model.device.type}")
-    if shutil.which("c++") is None and shutil.which("g++") is None:
-        raise SettingError("{compile_decode} needs a C++ compiler (install g++)")
-    compile_decode(model)
 
 
 def _loaded_session(spec: ModelSpec, heads_required: bool) -> Session:

@@ -3,8 +3,8 @@
 
 The own step (`decode_step.py`) runs the model's modules eagerly: about 1,500 small ops a step for SmolLM2-135M, each
 paying the dispatcher, which on two Zen 4 cores cost more than the linears did. This step is one function of the
-model's weights, traced once into one graph: the norms as transformers computes them, the projections that read
-one input as one product, the rotary embedding by the model's own module, the MLP, the head; inductor's freezing
+model's weights, traced once into one graph: the model's own norms and rotary embedding, the projections that
+read one input as one product, the MLP, the head; inductor's freezing
 folds the weights in, packed for oneDNN. The cache stays locret's: the step writes the new entry into the layer's
 preallocated buffers at a slot given as a tensor, the buffers' length symbolic (so nothing recompiles from one step
 or one answer to the next), and attends over the filled slots through
@@ -19,6 +19,8 @@ pays for itself only over long answers or many questions.
 
 from __future__ import annotations
 
+import shutil
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -27,6 +29,7 @@ from locret_cli.core.cache import LocretCache
 from locret_cli.core.cache_attention import cache_attention
 from locret_cli.core.decode_step import DecodeStep, count_step
 from locret_cli.core.probe import observer_in_force
+from locret_cli.core.transformers_internals import decoder_functions
 
 ATTRIBUTE = "locret_compiled_step"  # the model's compiled step, once `compile_decode` gave it one
 DYNAMIC_ROPE = ("dynamic", "longrope")
@@ -50,16 +53,9 @@ _LIBRARY.impl("attend_filled", lambda query, keys, values, filled, scale: query.
     1, 1, query.shape[1] * query.shape[3]), "Meta")
 
 
-def rms_norm(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """transformers' Llama RMSNorm: in fp32, back to the input's dtype, times the weight."""
-    h = x.float()
-    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
-    return norm.weight * h.to(x.dtype)
-
-
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+def cpp_compiler() -> str | None:
+    """The C++ compiler inductor's CPU backend builds its kernels with, or None."""
+    return shutil.which("c++") or shutil.which("g++")
 
 
 def linear(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -95,6 +91,7 @@ class StaticDecoder(nn.Module):
     def __init__(self, model):
         super().__init__()
         self.model = model
+        self.rotate = decoder_functions(model.model.layers[0].self_attn)[0]  # the modeling file's own RoPE
         config = model.config
         self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
@@ -104,17 +101,15 @@ class StaticDecoder(nn.Module):
         decoder = self.model.model
         hidden = decoder.embed_tokens(token)
         cos, sin = decoder.rotary_emb(hidden, position_ids=position)
-        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
         queries = []
         for index, (layer, (keys, values, scores, positions, origins)) in enumerate(zip(decoder.layers, buffers)):
             attention, slot = layer.self_attn, slots[index:index + 1]
-            x = rms_norm(layer.input_layernorm, hidden)
+            x = layer.input_layernorm(hidden)
             q, k, v = joint_linear([attention.q_proj, attention.k_proj, attention.v_proj], x)
             q = q.view(1, 1, self.heads, self.head_dim).transpose(1, 2)
             k = k.view(1, 1, self.kv_heads, self.head_dim).transpose(1, 2)
             v = v.view(1, 1, self.kv_heads, self.head_dim).transpose(1, 2)
-            q = q * cos + rotate_half(q) * sin
-            k = k * cos + rotate_half(k) * sin
+            q, k = self.rotate(q, k, cos, sin)
             keys.index_copy_(2, slot, k)
             values.index_copy_(2, slot, v)
             scores.index_fill_(2, slot, 0.0)
@@ -123,10 +118,10 @@ class StaticDecoder(nn.Module):
             queries.append(q)
             out = torch.ops.locret.attend_filled(q.contiguous(), keys, values, slot[0] + 1, attention.scaling)
             hidden = hidden + linear(attention.o_proj, out)
-            x = rms_norm(layer.post_attention_layernorm, hidden)
+            x = layer.post_attention_layernorm(hidden)
             gate, up = joint_linear([layer.mlp.gate_proj, layer.mlp.up_proj], x)
             hidden = hidden + linear(layer.mlp.down_proj, F.silu(gate) * up)
-        return linear(self.model.lm_head, rms_norm(decoder.norm, hidden)), torch.stack(queries)
+        return linear(self.model.lm_head, decoder.norm(hidden)), torch.stack(queries)
 
 
 class CompiledStep:

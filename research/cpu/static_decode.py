@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from locret_cli.core.cache_attention import use_attention_kernel
-from locret_cli.core.compiled_step import rms_norm, rotate_half
+from locret_cli.core.transformers_internals import decoder_functions
 from locret_cli.models.arch import random_model
 from locret_cli.runtime.native_attention import built_kernel
 from locret_cli.runtime.packed_linear import pack_linears
@@ -70,18 +70,16 @@ class StaticDecoder(nn.Module):
         decoder = self.model.model
         hidden = decoder.embed_tokens(token.view(1, 1))
         cos, sin = decoder.rotary_emb(hidden, position_ids=position.view(1, 1))
-        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
         filled = (torch.arange(keys[0].shape[2]) <= slot).view(1, 1, 1, -1)
         sizes = (self.heads * self.head_dim, self.kv_heads * self.head_dim, self.kv_heads * self.head_dim)
         for layer, qkv, gate_up, k_buffer, v_buffer in zip(decoder.layers, self.qkv, self.gate_up, keys, values):
             attention = layer.self_attn
-            x = rms_norm(layer.input_layernorm, hidden)
+            x = layer.input_layernorm(hidden)
             q, k, v = F.linear(x, qkv).split(sizes, -1)
             q = q.view(1, 1, self.heads, self.head_dim).transpose(1, 2)
             k = k.view(1, 1, self.kv_heads, self.head_dim).transpose(1, 2)
             v = v.view(1, 1, self.kv_heads, self.head_dim).transpose(1, 2)
-            q = q * cos + rotate_half(q) * sin
-            k = k * cos + rotate_half(k) * sin
+            q, k = decoder_functions(attention)[0](q, k, cos, sin)
             k_buffer.index_copy_(2, slot.view(1), k)
             v_buffer.index_copy_(2, slot.view(1), v)
             if self.attention == "native":
@@ -90,10 +88,10 @@ class StaticDecoder(nn.Module):
                 out = F.scaled_dot_product_attention(q, k_buffer, v_buffer, attn_mask=filled,
                                                      scale=attention.scaling, enable_gqa=True).transpose(1, 2)
             hidden = hidden + F.linear(out.reshape(1, 1, -1), attention.o_proj.weight)
-            x = rms_norm(layer.post_attention_layernorm, hidden)
+            x = layer.post_attention_layernorm(hidden)
             gate, up = F.linear(x, gate_up).chunk(2, -1)
             hidden = hidden + F.linear(F.silu(gate) * up, layer.mlp.down_proj.weight)
-        return self.model.lm_head(rms_norm(decoder.norm, hidden))[0, 0]
+        return self.model.lm_head(decoder.norm(hidden))[0, 0]
 
 
 def static_buffers(engine, room: int) -> tuple[list[torch.Tensor], list[torch.Tensor], int]:
