@@ -64,6 +64,8 @@ def main() -> None:
     parser.add_argument("--heads", type=Path, help="read the documents with these heads (default: the shipped ones)")
     parser.add_argument("--span", type=int, help="read the documents keeping entries in blocks of this many tokens "
                                                  "(default: the recorded setting)")
+    parser.add_argument("--lazy-after", type=int, help="read the documents with lazy prefill after this many layers "
+                                                       "(default: the recorded setting)")
     parser.add_argument("--no-install", action="store_true", help="train only; leave the package's reader alone")
     parser.add_argument("--install-only", action="store_true", help="install the reader already trained in --out")
     args = parser.parse_args()
@@ -72,9 +74,10 @@ def main() -> None:
     session = load_session("smollm2", device="cpu", dtype="bf16", reader="off")
     if args.heads:
         session = Session(session.loaded, load_heads(args.heads, session.loaded.model), session.policy, None)
-    if args.span:
-        session = replace(session, loaded=replace(session.loaded, defaults={**session.loaded.defaults,
-                                                                            "span": args.span}))
+    chosen = {name: value for name, value in (("span", args.span), ("lazy_after", args.lazy_after))
+              if value is not None}
+    if chosen:
+        session = replace(session, loaded=replace(session.loaded, defaults={**session.loaded.defaults, **chosen}))
     batches = [reader_data.Batch(args.documents, args.lengths, args.facts),
                reader_data.Batch(args.crowded, args.lengths, args.crowded_facts, crowded=True),
                reader_data.Batch(args.long, args.long_lengths, RECIPE["long_facts"],
@@ -92,7 +95,7 @@ def main() -> None:
         data_meta = {"documents": args.documents, "lengths": args.lengths, "facts": args.facts,
                      "crowded": args.crowded, "crowded_facts": args.crowded_facts, "long": args.long,
                      "long_lengths": args.long_lengths, "long_facts": RECIPE["long_facts"],
-                     "span": session.read_settings().span}
+                     "span": session.read_settings().span, "lazy_after": session.read_settings().lazy_after}
         install(args.out, session.loaded.model, config, data_meta)
 
 
