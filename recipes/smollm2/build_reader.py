@@ -92,10 +92,11 @@ def main() -> None:
     if not args.install_only:
         train(session, data, args.out, config)
     if not args.no_install:
+        read = session.read_settings()
         data_meta = {"documents": args.documents, "lengths": args.lengths, "facts": args.facts,
                      "crowded": args.crowded, "crowded_facts": args.crowded_facts, "long": args.long,
                      "long_lengths": args.long_lengths, "long_facts": RECIPE["long_facts"],
-                     "span": session.read_settings().span, "lazy_after": session.read_settings().lazy_after}
+                     "span": read.span, "lazy_after": read.lazy_after}
         install(args.out, session.loaded.model, config, data_meta)
 
 

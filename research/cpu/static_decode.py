@@ -56,6 +56,7 @@ class StaticDecoder(nn.Module):
         super().__init__()
         self.model, self.attention = model, attention
         layers = model.model.layers
+        self.rotate = decoder_functions(layers[0].self_attn)[0]  # the modeling file's own RoPE
         # one weight for the linears that read one input, as the shipped step packs them
         self.qkv = nn.ParameterList([torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight])
                                      for a in (layer.self_attn for layer in layers)])
@@ -79,7 +80,7 @@ class StaticDecoder(nn.Module):
             q = q.view(1, 1, self.heads, self.head_dim).transpose(1, 2)
             k = k.view(1, 1, self.kv_heads, self.head_dim).transpose(1, 2)
             v = v.view(1, 1, self.kv_heads, self.head_dim).transpose(1, 2)
-            q, k = decoder_functions(attention)[0](q, k, cos, sin)
+            q, k = self.rotate(q, k, cos, sin)
             k_buffer.index_copy_(2, slot.view(1), k)
             v_buffer.index_copy_(2, slot.view(1), v)
             if self.attention == "native":
