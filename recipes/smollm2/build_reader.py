@@ -2,14 +2,14 @@
 
     pip install --no-deps --target runs/prose-packages scipy==1.16.3 pandas==2.3.3 astropy==7.1.1 \\
         sqlalchemy==2.0.44 scikit-learn==1.7.2 statsmodels==0.14.5 django==5.2.8
-    python -m recipes.smollm2.build_reader --prose-packages runs/prose-packages --out runs/smollm2-reader
+    python -m recipes.smollm2.build_reader --prose-packages runs/prose-packages --out runs/smollm2-reader \
+        --heads research/artifacts/smollm2-heads-without-keep-loss
 
 It writes the training records (documents of the training packages' prose with facts, `reader_data.py`), trains a
 reader with `locret train-reader`'s trainer on SmolLM2's own bounded caches, read with the heads given (default: the
-shipped ones) and the shipped settings but for lazy prefill after 2 layers (reads are saved, checkpoints every 100
-steps: run it again to resume), then copies the reader into the package beside the heads (`locret_cli/models/heads/`),
-where `--model smollm2` finds it. Trained on lazy reads, which keep less, the reader answers whole reads better at
-128K than one trained on whole reads of other heads (research/notes, 2026-11-28).
+shipped ones) and the shipped settings (reads are saved, checkpoints every 100 steps: run it again to resume), then
+copies the reader into the package beside the heads (`locret_cli/models/heads/`), where `--model smollm2` finds it.
+The shipped reader was trained on the reads of the heads trained without the keep loss, as the command above does.
 """
 
 from __future__ import annotations
@@ -31,11 +31,10 @@ from recipes.smollm2.build_heads import NAME
 
 # documents of 4K-16K tokens with 4-10 facts each, read at SmolLM2's recorded settings (blocks of 8 tokens included);
 # 80 crowded ones, whose facts share one code and one role; 20 of 32K-96K tokens read at the recorded budget; and
-# only the questions whose value 30% or more of a read's (layer, KV head) pairs keep (research/notes, 2026-11-27);
-# the documents read with lazy prefill after 2 layers
+# only the questions whose value 30% or more of a read's (layer, KV head) pairs keep (research/notes, 2026-11-27)
 RECIPE = {"documents": 120, "lengths": (4000, 16000), "facts": (4, 10), "crowded": 80, "crowded_facts": (8, 12),
           "long": 20, "long_lengths": (32000, 96000), "long_facts": (8, 12), "steps": 2500, "rank": 8, "lr": 1e-3,
-          "min_kept_share": 0.3, "lazy_after": 2}
+          "min_kept_share": 0.3}
 
 
 def pair(text: str) -> tuple[int, int]:
@@ -65,8 +64,8 @@ def main() -> None:
     parser.add_argument("--heads", type=Path, help="read the documents with these heads (default: the shipped ones)")
     parser.add_argument("--span", type=int, help="read the documents keeping entries in blocks of this many tokens "
                                                  "(default: the recorded setting)")
-    parser.add_argument("--lazy-after", type=int, default=RECIPE["lazy_after"],
-                        help="read the documents with lazy prefill after this many layers (0: none)")
+    parser.add_argument("--lazy-after", type=int, help="read the documents with lazy prefill after this many layers "
+                                                       "(default: the recorded setting)")
     parser.add_argument("--no-install", action="store_true", help="train only; leave the package's reader alone")
     parser.add_argument("--install-only", action="store_true", help="install the reader already trained in --out")
     args = parser.parse_args()
