@@ -170,7 +170,7 @@ def main() -> None:
             session = Session(session.loaded, load_heads(args.heads, session.loaded.model), session.policy,
                               session.reader)
         given = (("budget", args.budget), ("span", args.span), ("lazy_after", args.lazy_after))
-        overrides = {name: value for name, value in given if value is not None}
+        overrides = dict(given)  # read_settings ignores the ones not given (None)
         if args.oracle and args.sets != "dev":
             parser.error("--oracle needs the facts' sentences: --sets dev")
         run(session, args.policy, args.sets.split(","), [int(n) for n in args.lengths.split(",")],

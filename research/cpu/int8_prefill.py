@@ -16,22 +16,12 @@ It prints the time of each and the int8 output's error against the bf16 one, rel
 from __future__ import annotations
 
 import argparse
-import time
+from functools import partial
 
 import torch
 import torch.nn.functional as F
 
-# SmolLM2-135M's linears (out, in): q, k, v, o, gate, up, down
-SMOLLM2_LINEARS = [(576, 576), (192, 576), (192, 576), (576, 576), (1536, 576), (1536, 576), (576, 1536)]
-
-
-def seconds(repeats: int, fn, *args) -> float:
-    for _ in range(3):
-        fn(*args)
-    started = time.perf_counter()
-    for _ in range(repeats):
-        fn(*args)
-    return (time.perf_counter() - started) / repeats
+from benchmarks.kernel_microbench import SMOLLM2_LINEARS, seconds
 
 
 def rounded(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -68,10 +58,11 @@ def main() -> None:
         w8, w_scale = rounded(weight)
         w8_t, w_scale = w8.t().contiguous(), w_scale.t()
         x8, _ = rounded(x)
-        times = {"bf16": seconds(args.repeats, F.linear, x, weight),
-                 "int8": seconds(args.repeats, dynamic_int8, x, w8_t, w_scale),
-                 "compiled": seconds(args.repeats, dynamic_int8, x, w8_t, w_scale, round_compiled, scale_compiled),
-                 "product": seconds(args.repeats, torch._int_mm, x8, w8_t)}
+        times = {"bf16": seconds(partial(F.linear, x, weight), args.repeats),
+                 "int8": seconds(partial(dynamic_int8, x, w8_t, w_scale), args.repeats),
+                 "compiled": seconds(partial(dynamic_int8, x, w8_t, w_scale, round_compiled, scale_compiled),
+                                     args.repeats),
+                 "product": seconds(partial(torch._int_mm, x8, w8_t), args.repeats)}
         reference = F.linear(x, weight).float()
         error = (dynamic_int8(x, w8_t, w_scale).float() - reference).norm() / reference.norm()
         for name, value in times.items():
