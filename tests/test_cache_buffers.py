@@ -99,3 +99,21 @@ def test_decoding_appends_in_place_and_gives_the_same_tokens_as_a_reread():
     again = engine().fork()
     again.forward([3, 4, 5], score=False)
     assert again.decode(7)[0] == tokens
+
+
+@pytest.mark.parametrize("kv_bits", [16, 8, 4])
+def test_keeping_entries_takes_each_heads_own_from_every_stored_part(kv_bits):
+    cache = LocretCache(1, reserved=40, kv_bits=kv_bits)
+    layer = cache.layers[0]
+    index = torch.arange(30)
+    cache.stage(index, index)
+    generator = torch.Generator().manual_seed(0)
+    layer.update(*(torch.randn(2, 3, 30, 8, generator=generator) for _ in range(2)))
+    before = {name: t.clone() for name, t in layer.tensors().items()}
+    keep = torch.stack([torch.randperm(30, generator=generator)[:12].sort().values for _ in range(6)]).view(2, 3, 12)
+    layer.keep(keep)
+    after = layer.tensors()
+    assert set(after) == set(before) and len(before) == {16: 5, 8: 7, 4: 9}[kv_bits]
+    for name, t in before.items():
+        expected = torch.stack([torch.stack([t[b, h, keep[b, h]] for h in range(3)]) for b in range(2)])
+        assert torch.equal(after[name], expected), name

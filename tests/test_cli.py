@@ -179,6 +179,13 @@ def test_python_dash_m_runs_the_same_cli():
     assert out.returncode == 0 and "--budget" in out.stdout
 
 
+def test_the_command_line_is_declared_without_torch_or_transformers():
+    """Help and option errors come before the heavy imports, which only a command that runs a model makes."""
+    check = "import sys, locret_cli.cli; print(sorted({'torch', 'transformers'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=False)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr
+
+
 def test_the_embedded_model_warns_of_questions_outside_its_forms(doc, llama_dir):
     trained = ask(doc, "What is the gate code of the north depot?", "--json")
     assert trained.exit_code == 0 and "was trained only on" not in trained.stderr

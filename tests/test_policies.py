@@ -10,7 +10,7 @@ from test_engine import chunks_of, random_ids
 
 from locret_cli.core.engine import Engine
 from locret_cli.core.heads import RetainingHeads
-from locret_cli.core.policies import POLICY_NAMES, make_policy, select
+from locret_cli.core.policies import POLICIES, POLICY_NAMES, make_policy, select
 from locret_cli.core.settings import ReadSettings
 
 
@@ -98,3 +98,17 @@ def test_locret_score_pool_spreads_each_best_score_to_its_neighbours():
     expected = torch.stack([padded[..., i:i + 6] for i in range(3)]).amax(0)  # best of self and one either side
     torch.testing.assert_close(pooled, expected)
     assert pooled.shape == raw.shape == (1, 2, 6) and not torch.equal(pooled, raw)
+
+
+def test_every_named_policy_is_registered_under_its_name():
+    assert tuple(POLICIES) == POLICY_NAMES and all(POLICIES[name].name == name for name in POLICY_NAMES)
+
+
+def test_selected_indices_are_each_heads_best_in_ascending_order():
+    scores = torch.rand(2, 3, 50, generator=torch.Generator().manual_seed(0))
+    keep = select(scores, 20, 4)
+    assert keep.shape == (2, 3, 20) and keep.dtype == torch.int64
+    for b in range(2):
+        for h in range(3):
+            best = scores[b, h, :46].topk(16).indices.tolist()
+            assert keep[b, h].tolist() == sorted(best + [46, 47, 48, 49])

@@ -11,7 +11,7 @@ from rich.console import Console
 
 from locret_cli.cli import option_groups
 from locret_cli.cli.app import app, domain_errors
-from locret_cli.core.policies import POLICY_NAMES
+from locret_cli.core.settings import POLICY_NAMES
 from locret_cli.files import refuse_existing
 
 

@@ -21,7 +21,7 @@ from typing import Annotated, Callable, Optional
 
 import typer
 
-from locret_cli.core.settings import DEFAULT_POLICY, AnswerSettings, ReadSettings, shown_value
+from locret_cli.core.settings import DEFAULT_POLICY, POLICY_NAMES, AnswerSettings, ReadSettings, shown_value
 from locret_cli.models.spec import ModelSpec
 
 MODEL_PANEL, READING_PANEL, ANSWERING_PANEL = "Model", "Reading (fixed once the document is read)", "Answering"
@@ -63,8 +63,6 @@ TrustRemoteCode = Annotated[bool, typer.Option("--trust-remote-code", help="Run 
 
 def model_options() -> list[inspect.Parameter]:
     """The options that say which model to load and how: ModelSpec's fields, as flags."""
-    from locret_cli.core.policies import POLICY_NAMES
-
     others = [name for name in POLICY_NAMES if name != DEFAULT_POLICY]
     policy = Annotated[Optional[str], typer.Option(
         "--policy", help=f"Eviction policy: {DEFAULT_POLICY} (default), {', '.join(others[:-1])} or {others[-1]}.",

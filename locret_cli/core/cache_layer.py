@@ -134,12 +134,10 @@ class ScoredLayer(CacheLayerMixin):
         unrotated keys. Once keys have moved, the entries appended since get their unrotated keys first."""
         if self.anchored or moved_to is not None:
             self.unrotated_keys(self.frequencies)
-        fields = self.tensors()
+        names = set(self.buffers.tensors)
         if moved_to is not None:  # the keys are made again from the unrotated ones, and the positions are given
-            for name in (*parts("keys", self.cache.kv_bits), "positions"):
-                del fields[name]
-        gathered = {name: t.gather(2, keep if t.dim() == 3 else keep.unsqueeze(-1).expand(-1, -1, -1, t.shape[-1]))
-                    for name, t in fields.items()}
+            names -= {*parts("keys", self.cache.kv_bits), "positions"}
+        gathered = self._gathered(keep, names)
         if moved_to is not None:
             gathered["positions"] = moved_to.to(self.positions)
             with mark(REROTATE):
@@ -149,6 +147,17 @@ class ScoredLayer(CacheLayerMixin):
         self.length = keep.shape[-1]
         self.anchored = min(self.anchored, self.length)
         self._write(gathered)
+
+    def _gathered(self, keep: torch.Tensor, names: set[str]) -> dict[str, torch.Tensor]:
+        """Fields `names`' entries `keep` (B, kv_heads, k), as stored, each (B, kv_heads, k[, ...]). One index_select
+        over the buffer with its heads laid end to end gives what `gather` along the entries does, over ten times
+        faster for keys and values on a CPU (`gather` indexes every element)."""
+        batch, heads, kept = keep.shape
+        capacity = self.buffers.capacity
+        rows = (keep + torch.arange(0, batch * heads * capacity, capacity, device=keep.device).view(batch, heads, 1))
+        rows = rows.flatten()
+        return {name: t.view(batch * heads * capacity, -1).index_select(0, rows).view(batch, heads, kept, *t.shape[3:])
+                for name, t in self.buffers.tensors.items() if name in names}
 
     def forget_last(self, count: int) -> None:
         """Forget the last `count` entries (a question read only to score the document's entries)."""

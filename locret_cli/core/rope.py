@@ -90,17 +90,21 @@ class AngleTable:
     """cos and sin of position · freq for positions 0..n-1, each angle in float64 as `position_cos_sin` takes it,
     computed once per frequency set and grown on demand: compact positions stay below budget + chunk + question +
     answer, so moving keys becomes a lookup. Positions past `limit` (original positions, up to 10⁶) are computed
-    per distinct position instead. The last lookup is kept: every layer of one eviction asks for the same positions
-    tensor, and gets the same cos and sin."""
+    per distinct position instead. The last `RECENT` lookups are kept, each with a copy of its positions: every layer
+    of one eviction asks for the same positions twice (where the chunk's new keys were, and where the kept keys
+    go), and gets the same cos and sin without indexing the table again."""
+
+    RECENT = 2
 
     def __init__(self, limit: int = 1 << 15):
         self.limit, self.freq, self.cos, self.sin = limit, None, None, None
-        self.last: tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor]] | None = None
+        self.recent: list[tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor]]] = []
 
     def __call__(self, positions: torch.Tensor, freq: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin, (*positions.shape, rotary_dim / 2) float32, equal to `position_cos_sin(positions, freq)`."""
-        if self.last is not None and self.last[0] is positions and self.last[1] is freq:
-            return self.last[2]
+        for seen, seen_freq, found in self.recent:
+            if seen.shape == positions.shape and seen_freq is freq and torch.equal(seen, positions):
+                return found
         top = int(positions.max()) + 1
         if top > self.limit or int(positions.min()) < 0:
             found = position_cos_sin(positions, freq)
@@ -112,7 +116,7 @@ class AngleTable:
                 self.freq = freq
             index = positions.long()
             found = self.cos[index], self.sin[index]
-        self.last = (positions, freq, found)
+        self.recent = [(positions.clone(), freq, found), *self.recent[:self.RECENT - 1]]
         return found
 
 
@@ -121,9 +125,13 @@ def rotate(keys: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Te
     float32 are given, in the rotate-half layout the supported families use; -sin turns them back.
 
     Only the first rotary_dim channels turn (partial rotary); the rest pass through. The turn runs in float32 on each
-    half and is cast back once. Returns a tensor shaped and typed like `keys`.
+    half and is cast back once, as it is written into the result. Returns a tensor shaped and typed like `keys`.
     """
     half = cos.shape[-1]
-    first, second = keys[..., :half].float(), keys[..., half:2 * half].float()
-    turned = (first * cos - second * sin, second * cos + first * sin)
-    return torch.cat((*(t.to(keys.dtype) for t in turned), keys[..., 2 * half:]), dim=-1)
+    turning = keys[..., :2 * half].float()
+    first, second = turning[..., :half], turning[..., half:]
+    turned = torch.empty_like(keys)
+    turned[..., :half] = first * cos - second * sin
+    turned[..., half:2 * half] = second * cos + first * sin
+    turned[..., 2 * half:] = keys[..., 2 * half:]
+    return turned

@@ -13,6 +13,9 @@ from dataclasses import Field, dataclass, field, fields, replace
 from locret_cli.errors import SettingError
 
 DEFAULT_POLICY = "locret"  # the eviction policy unless one is asked for (`core/policies`: every policy by name)
+# every policy's name, in the order shown: here, without importing torch, so that the command line's help and its
+# errors come at once; `core/policies` registers one class under each (tests/test_policies.py)
+POLICY_NAMES = ("locret", "streaming", "h2o", "snapkv", "lazyllm", "finch", "random", "knorm", "full")
 KV_BITS = (16, 8, 4)  # bits per cached key and value (`kv_quant.py`)
 POSITION_MODES = ("compact", "original")
 LOCATE_MODES = ("attention", "words", "both")  # what names the windows `--reread` reads again

@@ -1,5 +1,6 @@
 """Eviction policies, one small class each, in one registry: `POLICIES` by name, which `make_policy`, the bench and
-the tests share."""
+the tests share. Their names, `POLICY_NAMES`, live in `core/settings.py`, which the command line reads without
+importing torch."""
 
 from __future__ import annotations
 
@@ -10,14 +11,13 @@ from locret_cli.core.policies.full import FullPolicy
 from locret_cli.core.policies.locret import LocretPolicy
 from locret_cli.core.policies.simple import KNormPolicy, RandomPolicy
 from locret_cli.core.policies.streaming import StreamingPolicy
-from locret_cli.core.settings import DEFAULT_POLICY
+from locret_cli.core.settings import DEFAULT_POLICY, POLICY_NAMES
 from locret_cli.core.shape import ModelShape
 from locret_cli.errors import LocretError
 
 POLICIES: dict[str, type[Policy]] = {policy.name: policy for policy in (
     LocretPolicy, StreamingPolicy, H2OPolicy, SnapKVPolicy, LazyLLMPolicy, FinchPolicy, RandomPolicy, KNormPolicy,
     FullPolicy)}
-POLICY_NAMES = tuple(POLICIES)
 
 __all__ = ["DEFAULT_POLICY", "POLICIES", "POLICY_NAMES", "Policy", "make_policy", "select"]
 

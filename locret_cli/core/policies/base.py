@@ -67,7 +67,15 @@ def select(scores: torch.Tensor, budget: int, stabilizers: int, pinned: int = 0,
         keep = ranked.sort(dim=-1, descending=True, stable=True).indices[..., :budget]
     else:
         keep = ranked.topk(budget, dim=-1, sorted=False).indices
-    return keep.sort(dim=-1).values
+    return ascending(keep, scores.shape[-1])
+
+
+def ascending(indices: torch.Tensor, n: int) -> torch.Tensor:
+    """`indices` (B, kv_heads, k), distinct in each head and below `n`, sorted ascending: marked in a mask and read
+    back in order, which is several times faster than sorting them on a CPU."""
+    marked = torch.zeros(indices.shape[:-1] + (n,), dtype=torch.bool, device=indices.device)
+    marked.scatter_(-1, indices, True)
+    return marked.nonzero()[:, -1].view(indices.shape)
 
 
 def span_scores(scores: torch.Tensor, origins: torch.Tensor, span: int) -> torch.Tensor:
