@@ -9,6 +9,13 @@ from pathlib import Path
 
 from locret_cli.errors import LocretError, SettingError
 
+CONTEXT_SUFFIX = ".locret"  # a context saved by `locret read` (`api/saved_context.py`)
+
+
+def is_saved_context(source: str) -> bool:
+    """Whether `source` names a saved context rather than a document: by its name, before anything is opened."""
+    return source.endswith(CONTEXT_SUFFIX)
+
 
 def refuse_existing(path: str | Path, force: bool | None = None) -> Path:
     """`path` as a Path, unless a file is there already and `force` is not set: then a one-line error, which names

@@ -186,6 +186,16 @@ def test_the_command_line_is_declared_without_torch_or_transformers():
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr
 
 
+@pytest.mark.parametrize("command", [["ask", "missing.pdf", "q?"], ["chat", "missing.pdf"],
+                                     ["read", "missing.pdf", "-o", "out.locret"]])
+def test_a_missing_document_is_refused_before_torch_is_imported(command, tmp_path):
+    check = (f"import sys; from locret_cli.cli import main; sys.argv = ['locret', *{command!r}]\n"
+             "try:\n    main()\nexcept SystemExit as stop:\n"
+             "    print(stop.code, sorted({'torch', 'transformers'} & set(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=False, cwd=tmp_path)
+    assert out.stdout.strip() == "1 []" and "no such file: missing.pdf" in out.stderr, out.stderr
+
+
 def test_the_embedded_model_warns_of_questions_outside_its_forms(doc, llama_dir):
     trained = ask(doc, "What is the gate code of the north depot?", "--json")
     assert trained.exit_code == 0 and "was trained only on" not in trained.stderr

@@ -29,12 +29,11 @@ from locret_cli.core.policies import Policy
 from locret_cli.core.settings import AnswerSettings, ReadSettings, names
 from locret_cli.core.sources import SourceMap
 from locret_cli.errors import LocretError, SettingError
-from locret_cli.files import check_output, replacing
+from locret_cli.files import CONTEXT_SUFFIX, check_output, replacing
 from locret_cli.inputs.prompt import line_end_ids, stop_token_ids, word_ids
 from locret_cli.models.fingerprint import heads_fingerprint, model_identity, tokenizer_fingerprint
 
 FORMAT, VERSION = "locret-context", 1
-SUFFIX = ".locret"
 LAYER_TENSORS = FIELDS  # what each layer saves; unrotated keys are turned back again if the loaded keys ever move
 UNIT_TENSORS = ("starts", "first", "last")
 INPUT_IDS = "document.ids"  # every token read, for re-reading windows of it; files written before it lack it
@@ -69,7 +68,7 @@ class SavedPolicy(Policy):
 def save_reading(reading: Reading, path: str | Path, heads=None, force: bool = False) -> SavedContext:
     """Write `reading` to `path` (which must end in .locret). Refuses an existing path unless `force`; writes to a
     temporary file first, so a failed write leaves nothing half-written."""
-    path = check_output(path, force, SUFFIX)
+    path = check_output(path, force, CONTEXT_SUFFIX)
     reading.read_now()
     engine = reading.engine
     stored = layer_parts(engine.settings.kv_bits)
@@ -103,10 +102,6 @@ def save_reading(reading: Reading, path: str | Path, heads=None, force: bool = F
     entries = engine.kept_tokens
     heads_total = sum(layer.keys.shape[0] * layer.keys.shape[1] for layer in engine.cache.layers)
     return SavedContext(str(path), size, entries, size / max(entries * heads_total, 1))
-
-
-def is_saved_context(source: str) -> bool:
-    return source.endswith(SUFFIX)
 
 
 def read_header(path: str | Path) -> dict:

@@ -22,6 +22,7 @@ from locret_cli.core.rope import changes_with_length, rotary_module
 from locret_cli.core.settings import DEFAULT_POLICY, AnswerSettings, ReadSettings, names
 from locret_cli.core.sources import SourceMap, TokenChunk
 from locret_cli.errors import SettingError
+from locret_cli.files import is_saved_context
 from locret_cli.inputs.documents import Document, open_document, token_chunks
 from locret_cli.inputs.prompt import conversation_ids, line_end_ids, prompt_layout, stop_token_ids, word_ids
 from locret_cli.inputs.questions import check_question
@@ -72,8 +73,6 @@ class Session:
         """A Reading of `source`: the `.locret` file saved there, loaded, or the document there (a path, or `-` for
         stdin), read. `settings` are whole ReadSettings, or only those given; a saved context keeps the settings it
         was read with, and refuses others. `read_options` go to `read`."""
-        from locret_cli.api.saved_context import is_saved_context
-
         if isinstance(source, Document) or not is_saved_context(source):
             if not isinstance(settings, ReadSettings):
                 settings = self.read_settings(**(settings or {}))

@@ -15,9 +15,8 @@ from locret_cli.cli.app import WITHHELD_EXIT, app, domain_errors
 from locret_cli.cli.option_groups import ANSWERING, MODEL, OUTPUT_PANEL, READING, option_groups
 from locret_cli.core.settings import settings_json
 from locret_cli.errors import LocretError
-from locret_cli.files import check_output
+from locret_cli.files import CONTEXT_SUFFIX, check_output
 from locret_cli.inputs.questions import check_question
-from locret_cli.models.library_logs import quiet_libraries
 from locret_cli.models.spec import ModelSpec
 
 
@@ -42,19 +41,19 @@ def read(
 
     Under --policy finch the read keeps what the given questions attend to; without questions every policy reads
     question-agnostic."""
-    from locret_cli.api.saved_context import SUFFIX, save_reading
-    from locret_cli.cli.report import saved_table
     from locret_cli.inputs.questions import load_questions
 
-    quiet_libraries()
     err = Console(stderr=True, highlight=False, soft_wrap=True)
-    check_output(output, force, SUFFIX)
+    check_output(output, force, CONTEXT_SUFFIX)
     if kept_map:
         check_output(kept_map, force, ".png")
     read_for = (questions or []) + (load_questions(questions_file) if questions_file else [])
     for text in read_for:
         check_question(text)
     session, reading, _ = options.open_reading(source, spec, read, {}, err, quiet, encoding, force, read_for)
+    from locret_cli.api.saved_context import save_reading  # imported by now, with torch, in `open_reading`
+    from locret_cli.cli.report import saved_table
+
     for message in reading.warnings:
         err.print(f"[yellow]warning:[/] {message}")
     if read_for and not reading.read_for:
@@ -92,11 +91,8 @@ def ask(
     quiet: options.Quiet = False,
 ) -> None:
     """Answer questions from the document at SOURCE, reading it once, with the pages each answer drew on."""
-    from locret_cli.api.reading import SOURCES_SHOWN
-    from locret_cli.cli.report import DocumentProgress
     from locret_cli.inputs.questions import load_questions
 
-    quiet_libraries()
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     out = Console(highlight=False, soft_wrap=True)
     asked = ([question] if question is not None else []) + (questions or [])
@@ -111,6 +107,9 @@ def ask(
         check_output(kept_map, False, ".png")
     _, reading, answering = options.open_reading(source, spec, read, answer, err, quiet, encoding, force,
                                                  questions=asked, defer=not (read_first or kept_map))
+    from locret_cli.api.reading import SOURCES_SHOWN  # imported by now, with torch, in `open_reading`
+    from locret_cli.cli.report import DocumentProgress
+
     for message in reading.warnings:
         err.print(f"[yellow]warning:[/] {message}")
     results = []

@@ -13,7 +13,6 @@ from locret_cli.cli import options
 from locret_cli.cli.app import app, domain_errors, render
 from locret_cli.cli.option_groups import ANSWERING, ANSWERING_PANEL, MODEL, READING, option_groups
 from locret_cli.errors import LocretError
-from locret_cli.models.library_logs import quiet_libraries
 from locret_cli.models.spec import ModelSpec
 
 HELP = ("Ask anything about the document. /sources lists what the last answer drew on; /save FILE writes the "
@@ -37,9 +36,6 @@ def chat(
     """Talk about the document at SOURCE: each answer sees the document's cache and the conversation so far."""
     import readline  # noqa: F401  line editing and history for input()
 
-    from locret_cli.api.conversation import HISTORY_TOKENS, Conversation
-
-    quiet_libraries()
     if source == "-":
         raise LocretError("chat reads its questions from the terminal: give a file, not -")
     if history_tokens is not None and history_tokens < 0:
@@ -48,6 +44,8 @@ def chat(
     out = Console(highlight=False, soft_wrap=True)
     session, reading, answering = options.open_reading(source, spec, read, answer, err, False, encoding, force,
                                                        defer=True)
+    from locret_cli.api.conversation import HISTORY_TOKENS, Conversation  # with torch, imported by `open_reading`
+
     if history_tokens is None:
         history_tokens = session.loaded.defaults.get("history_tokens", HISTORY_TOKENS)
     how = (f"loaded from {reading.loaded_from} in {reading.read_s:.3f} s (read in {reading.document.read_s:.1f} s)"
@@ -136,11 +134,11 @@ def command(conversation, line: str, out: Console, err: Console, heads) -> None:
         if not argument:
             raise LocretError("/save needs a file name: FILE for the conversation, FILE.locret for the document")
         if argument.endswith(".locret"):
-            from locret_cli.api.saved_context import SUFFIX, save_reading
+            from locret_cli.api.saved_context import save_reading
             from locret_cli.cli.report import DocumentProgress
-            from locret_cli.files import check_output
+            from locret_cli.files import CONTEXT_SUFFIX, check_output
 
-            check_output(argument, False, SUFFIX)  # refused before a pending read, not after it
+            check_output(argument, False, CONTEXT_SUFFIX)  # refused before a pending read, not after it
             with DocumentProgress(err) as bar:
                 conversation.reading.read_now(bar.update)
             saved = save_reading(conversation.reading, argument, heads)

@@ -31,10 +31,8 @@ def open_reading(source: str, spec, read: dict, answer: dict, err: Console, quie
     left for the first answer that needs it) with the `spec` model. For a saved context, the policy and read
     settings are the file's: giving others is an error; `answer` (max_new_tokens, temperature, top_p, seed) may
     change."""
-    from locret_cli.api import load_session
-    from locret_cli.api.saved_context import is_saved_context, read_header
     from locret_cli.cli.app import render
-    from locret_cli.cli.report import DocumentProgress
+    from locret_cli.files import is_saved_context
     from locret_cli.inputs.documents import open_document
 
     def warn(message) -> None:
@@ -43,13 +41,21 @@ def open_reading(source: str, spec, read: dict, answer: dict, err: Console, quie
     if source == "-" and sys.stdin.isatty():
         raise LocretError("SOURCE is -, but nothing is piped into stdin")
     saved = is_saved_context(source)
+    document = None if saved else open_document(source, encoding=encoding)
+    # torch and transformers come in with these, after the document has opened: a missing or unreadable one is
+    # reported at once
+    from locret_cli.api import load_session
+    from locret_cli.api.saved_context import read_header
+    from locret_cli.cli.report import DocumentProgress
+    from locret_cli.models.library_logs import quiet_libraries
+
+    quiet_libraries()
     if saved:
         policy = read_header(source)["policy"]
         if spec.policy and spec.policy != policy:
             raise SettingError("{path} was read with {policy} {saved}, not {given}", path=source, saved=policy,
                                given=spec.policy)
         spec = replace(spec, policy=policy)
-    document = None if saved else open_document(source, encoding=encoding)
     spec = replace(spec, policy=spec.policy or DEFAULT_POLICY)
     with err.status(f"loading {spec.model or 'the embedded model'}", spinner="dots") if not quiet else nullcontext():
         session = load_session(spec, heads_required=not saved)

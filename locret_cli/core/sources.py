@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # torch is imported where tensors are mapped, so that opening a document does not import it
+    import torch
 
 MAX_PARAGRAPH_LINES = 40  # a longer run of lines without a blank one is cut into several units
 
@@ -89,6 +91,8 @@ class SourceMap:
 
     def unit_of(self, origins: torch.Tensor) -> torch.Tensor:
         """Unit index of each token index in `origins` (any shape), -1 for the prompt's tokens before the document."""
+        import torch
+
         starts = torch.tensor(self.starts, dtype=torch.int64, device=origins.device)
         return torch.bucketize(origins.to(torch.int64), starts, right=True) - 1
 
@@ -104,6 +108,8 @@ class SourceMap:
 def units_weighted(source_map: SourceMap, origins: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     """Sum of `weights` per unit, over entries whose `origins` lie in the document (same shapes). Returns (units,)
     float64."""
+    import torch
+
     units = source_map.unit_of(origins).flatten()
     inside = (units >= 0) & (units < len(source_map))
     totals = torch.zeros(len(source_map), dtype=torch.float64, device=origins.device)
@@ -113,6 +119,8 @@ def units_weighted(source_map: SourceMap, origins: torch.Tensor, weights: torch.
 def units_best(source_map: SourceMap, per_token: torch.Tensor) -> torch.Tensor:
     """The highest of `per_token` (tokens,) among each unit's tokens: (units,) float64. Unlike `units_weighted`'s
     sum, a long paragraph does not outweigh the short line that holds what was looked for."""
+    import torch
+
     units = source_map.unit_of(torch.arange(len(per_token)))
     inside = (units >= 0) & (units < len(source_map))
     best = torch.zeros(len(source_map), dtype=torch.float64)
