@@ -13,6 +13,7 @@ from locret_cli.cli import options
 from locret_cli.cli.app import app, domain_errors, render
 from locret_cli.cli.option_groups import ANSWERING, ANSWERING_PANEL, MODEL, READING, option_groups
 from locret_cli.errors import LocretError
+from locret_cli.files import CONTEXT_SUFFIX, check_output, is_saved_context
 from locret_cli.models.spec import ModelSpec
 
 HELP = ("Ask anything about the document. /sources lists what the last answer drew on; /save FILE writes the "
@@ -133,10 +134,9 @@ def command(conversation, line: str, out: Console, err: Console, heads) -> None:
     elif name == "/save":
         if not argument:
             raise LocretError("/save needs a file name: FILE for the conversation, FILE.locret for the document")
-        if argument.endswith(".locret"):
+        if is_saved_context(argument):
             from locret_cli.api.saved_context import save_reading
             from locret_cli.cli.report import DocumentProgress
-            from locret_cli.files import CONTEXT_SUFFIX, check_output
 
             check_output(argument, False, CONTEXT_SUFFIX)  # refused before a pending read, not after it
             with DocumentProgress(err) as bar:

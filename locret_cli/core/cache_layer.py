@@ -154,8 +154,8 @@ class ScoredLayer(CacheLayerMixin):
         faster for keys and values on a CPU (`gather` indexes every element)."""
         batch, heads, kept = keep.shape
         capacity = self.buffers.capacity
-        rows = (keep + torch.arange(0, batch * heads * capacity, capacity, device=keep.device).view(batch, heads, 1))
-        rows = rows.flatten()
+        head_starts = torch.arange(0, batch * heads * capacity, capacity, device=keep.device).view(batch, heads, 1)
+        rows = (keep + head_starts).flatten()
         return {name: t.view(batch * heads * capacity, -1).index_select(0, rows).view(batch, heads, kept, *t.shape[3:])
                 for name, t in self.buffers.tensors.items() if name in names}
 
