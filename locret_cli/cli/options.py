@@ -41,9 +41,9 @@ def open_reading(source: str, spec, read: dict, answer: dict, err: Console, quie
     if source == "-" and sys.stdin.isatty():
         raise LocretError("SOURCE is -, but nothing is piped into stdin")
     saved = is_saved_context(source)
-    document = None if saved else open_document(source, encoding=encoding)
+    document = None if saved else open_document(source, encoding=encoding, prefetch=True)
     # torch and transformers come in with these, after the document has opened: a missing or unreadable one is
-    # reported at once
+    # reported at once, and a PDF's pages are extracted by a second process meanwhile
     from locret_cli.api import load_session
     from locret_cli.api.saved_context import read_header
     from locret_cli.cli.report import DocumentProgress

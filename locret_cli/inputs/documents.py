@@ -4,7 +4,8 @@ Nothing here holds a whole book at once. Text is decoded incrementally and cut a
 64K characters; each block (or PDF page) is tokenized on its own and the ids are handed out in chunks of the engine's
 size, each tagged with the pages it came from. A PDF is memory-mapped rather than read into memory, and the objects
 pypdf parses for a page are dropped once its text is out, so memory does not grow with the book's content (the page
-tree, about 8 KB a page, is held while reading).
+tree, about 8 KB a page, is held while reading; `pdf_pages.py`, where a second process may extract the pages a bounded
+number ahead).
 
 Documents are untrusted: whatever a malformed file makes the PDF parser raise becomes one LocretError, and a text
 file full of NUL bytes is refused as binary rather than read.
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import codecs
 import hashlib
-import mmap
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -23,6 +23,7 @@ from typing import BinaryIO
 
 from locret_cli.core.sources import SourceMap, TokenChunk
 from locret_cli.errors import LocretError
+from locret_cli.inputs.pdf_pages import open_pdf, page_texts
 from locret_cli.inputs.tokenizer import encode_text, encode_text_with_offsets
 
 TEXT_BLOCK_CHARS = 65536
@@ -61,8 +62,10 @@ def text_document(text: str, name: str = "generated") -> Document:
                     segments=lambda: iter([Segment(text, None, len(text))]))
 
 
-def open_document(source: str, encoding: str | None = None, stdin: BinaryIO | None = None) -> Document:
-    """Open a PDF or text file, or stdin for `-`. Raises LocretError for anything unreadable."""
+def open_document(source: str, encoding: str | None = None, stdin: BinaryIO | None = None,
+                  prefetch: bool = False) -> Document:
+    """Open a PDF or text file, or stdin for `-`. Raises LocretError for anything unreadable. With `prefetch`, a
+    PDF's pages are extracted from now on by a second process, ahead of the reader (`pdf_pages.py`)."""
     if source == "-":
         stream = stdin if stdin is not None else sys.stdin.buffer
         return _text_document("<stdin>", lambda: stream, None, encoding)
@@ -77,7 +80,7 @@ def open_document(source: str, encoding: str | None = None, stdin: BinaryIO | No
     except OSError as exc:
         raise LocretError(f"cannot read {source}: {exc.strerror}") from None
     if magic == b"%PDF-" or path.suffix.lower() == ".pdf":
-        return _pdf_document(path)
+        return _pdf_document(path, prefetch)
     return _text_document(str(path), lambda: path.open("rb"), path.stat().st_size, encoding)
 
 
@@ -159,64 +162,23 @@ def _sniff_encoding(head: bytes) -> str:
     return "utf-8"
 
 
-def _pdf_document(path: Path) -> Document:
-    from pypdf import PdfReader
-    from pypdf.errors import DependencyError
-
-    if path.stat().st_size == 0:
-        raise LocretError(f"{path} is empty: there is no text to read")
-    try:
-        handle = path.open("rb")
-    except OSError as exc:
-        raise LocretError(f"cannot read {path}: {exc.strerror}") from None
-    try:
-        mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
-    except (OSError, ValueError) as exc:  # not a regular file: a pipe or a device
-        handle.close()
-        raise LocretError(f"cannot map {path} into memory ({exc}); save it as a regular file first") from None
-
-    def close() -> None:
-        mapped.close()
-        handle.close()
-
-    try:
-        reader = PdfReader(mapped)
-        if reader.is_encrypted:
-            try:
-                opened = reader.decrypt("")
-            except DependencyError:
-                opened = 0
-            if not opened:
-                raise LocretError(f"{path} is encrypted; decrypt it first (e.g. `qpdf --decrypt in.pdf out.pdf`)")
-        total = len(reader.pages)
-        reader.resolved_objects.clear()
-        if total == 0:
-            raise LocretError(f"{path} has no pages")
-    except LocretError:
-        close()
-        raise
-    except Exception as exc:  # a malformed file makes pypdf raise many types, RecursionError among them
-        close()
-        raise LocretError(f"{path} is not a readable PDF ({type(exc).__name__}: {_first_line(exc)})") from None
-    doc = Document(name=str(path), kind="pdf", unit="pages", total_units=total, segments=lambda: iter(()), pages=total)
+def _pdf_document(path: Path, prefetch: bool) -> Document:
+    pdf = open_pdf(path, prefetch)
+    doc = Document(name=str(path), kind="pdf", unit="pages", total_units=pdf.pages, segments=lambda: iter(()),
+                   pages=pdf.pages)
 
     def segments() -> Iterator[Segment]:
         with_text = 0
         try:
-            for number in range(1, total + 1):
-                try:
-                    text = reader.pages[number - 1].extract_text() or ""
-                except Exception as exc:  # malformed content streams raise many types
-                    doc.warnings.append(f"{path}: page {number} skipped, its text could not be read "
-                                        f"({type(exc).__name__}: {_first_line(exc)})")
-                    text = ""
-                reader.resolved_objects.clear()  # this page's parsed objects: memory stays flat across pages
+            for number, text, warning in page_texts(pdf, path):
+                if warning:
+                    doc.warnings.append(warning)
                 if text.strip():
                     with_text += 1
                     yield Segment(text + "\n\n", number, number)
-            doc.sha256, doc.size_bytes = hashlib.sha256(mapped).hexdigest(), len(mapped)
+            doc.sha256, doc.size_bytes = hashlib.sha256(pdf.mapped).hexdigest(), len(pdf.mapped)
         finally:
-            close()
+            pdf.close()
         if with_text == 0:
             raise LocretError(
                 f"{path} has no text layer (scanned images?); run OCR first, e.g. `ocrmypdf in.pdf out.pdf`"
@@ -224,11 +186,6 @@ def _pdf_document(path: Path) -> Document:
 
     doc.segments = segments
     return doc
-
-
-def _first_line(exc: Exception) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0][:200] if text else "no details"
 
 
 def token_chunks(document: Document, tokenizer, chunk_size: int, prefix_ids: list[int],
