@@ -186,14 +186,17 @@ def test_the_command_line_is_declared_without_torch_or_transformers():
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr
 
 
-@pytest.mark.parametrize("command", [["ask", "missing.pdf", "q?"], ["chat", "missing.pdf"],
-                                     ["read", "missing.pdf", "-o", "out.locret"]])
-def test_a_missing_document_is_refused_before_torch_is_imported(command, tmp_path):
+@pytest.mark.parametrize("command, says", [
+    (["ask", "missing.pdf", "q?"], "no such file: missing.pdf"), (["chat", "missing.pdf"], "no such file: missing.pdf"),
+    (["read", "missing.pdf", "-o", "out.locret"], "no such file: missing.pdf"),
+    (["batch", "missing/*.pdf", "--out", "a.jsonl"], "no file matches missing/*.pdf"),
+])
+def test_a_missing_document_is_refused_before_torch_is_imported(command, says, tmp_path):
     check = (f"import sys; from locret_cli.cli import main; sys.argv = ['locret', *{command!r}]\n"
              "try:\n    main()\nexcept SystemExit as stop:\n"
              "    print(stop.code, sorted({'torch', 'transformers'} & set(sys.modules)))")
     out = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=False, cwd=tmp_path)
-    assert out.stdout.strip() == "1 []" and "no such file: missing.pdf" in out.stderr, out.stderr
+    assert out.stdout.strip() == "1 []" and says in out.stderr, out.stderr
 
 
 def test_the_embedded_model_warns_of_questions_outside_its_forms(doc, llama_dir):

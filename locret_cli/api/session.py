@@ -15,12 +15,13 @@ from locret_cli.api.reading import SOURCES_SHOWN, Reading
 from locret_cli.core.compiled_step import compile_decode, cpp_compiler
 from locret_cli.core.engine import QUESTION_ALLOWANCE, Engine, Progress
 from locret_cli.core.heads import RetainingHeads
-from locret_cli.core.measure import check_fits, human_bytes, plan_memory, reset_peak
+from locret_cli.core.measure import check_fits, plan_memory, reset_peak
 from locret_cli.core.policies import Policy, make_policy
 from locret_cli.core.reader import ReaderAdapter
 from locret_cli.core.rope import changes_with_length, rotary_module
 from locret_cli.core.settings import DEFAULT_POLICY, AnswerSettings, ReadSettings, names
 from locret_cli.core.sources import SourceMap, TokenChunk
+from locret_cli.core.units import human_bytes
 from locret_cli.errors import SettingError
 from locret_cli.files import is_saved_context
 from locret_cli.inputs.documents import Document, open_document, token_chunks

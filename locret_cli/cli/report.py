@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 from rich.text import Text
 
-from locret_cli.api.answer import AskResult
-from locret_cli.api.reading import Reading
-from locret_cli.api.saved_context import SavedContext
-from locret_cli.core.measure import human_bytes
-from locret_cli.core.sources import Source
+from locret_cli.core.units import human_bytes
+
+if TYPE_CHECKING:
+    from locret_cli.api.answer import AskResult
+    from locret_cli.api.reading import Reading
+    from locret_cli.api.saved_context import SavedContext
+    from locret_cli.core.sources import Source
 
 ROUTE_NAMES = {"bounded-cache": "the bounded cache", "windows": "re-read windows"}  # `api/routes.py`
 

@@ -14,6 +14,7 @@ from locret_cli.core.heads import compute_dtype
 from locret_cli.core.kv_quant import entry_bytes
 from locret_cli.core.policies.attention import QUERY_BLOCK
 from locret_cli.core.shape import ModelShape, layer_windows
+from locret_cli.core.units import human_bytes
 from locret_cli.errors import SettingError
 
 
@@ -130,14 +131,3 @@ def check_fits(plan: MemoryPlan, cache_setting: str | None) -> None:
         "but only {free} is free; lower " + lower + ", or pass {force} to run anyway",
         need=human_bytes(plan.need_bytes), cache=human_bytes(plan.cache_bytes),
         activations=human_bytes(plan.activation_bytes), free=human_bytes(plan.available_bytes))
-
-
-def human_bytes(n: int | None) -> str:
-    """`n` bytes for people: 512 B, 3.10 MiB, 1.50 GiB; None is "-"."""
-    if n is None:
-        return "-"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
-        n /= 1024
-    raise AssertionError("unreachable")
