@@ -117,3 +117,12 @@ def test_ask_extracts_a_pdfs_pages_in_the_helper(tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     assert result.stdout == "The gate code of the north depot is 4821.\n"
     assert started == [path]
+
+
+def test_a_pdf_of_more_pages_than_the_helper_takes_gets_none(tmp_path, monkeypatch):
+    path = three_pages(tmp_path)
+    monkeypatch.setattr(pdf_pages, "PREFETCH_MAX_PAGES", 2)
+    pdf = open_pdf(path, prefetch=True)
+    assert pdf.helper is None
+    assert list(page_texts(pdf, path)) == in_process(path)
+    pdf.close()

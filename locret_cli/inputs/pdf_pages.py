@@ -6,7 +6,8 @@ seconds importing torch and transformers, which is pure Python too: a thread cou
 extracts pages while this one imports, up to `PREFETCH_PAGES` ahead of the reader. It sends each page as one JSON
 line, `[number, text, warning]`, and this process checks each. If the helper cannot start, stops early or sends
 anything else, it is stopped and this process extracts the remaining pages itself: the pages' text is the same
-either way.
+either way. A PDF of more than `PREFETCH_MAX_PAGES` pages gets no helper: it would parse the file again, and pypdf
+holds the whole page tree in each process.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pathlib import Path
 from locret_cli.errors import LocretError
 
 PREFETCH_PAGES = 1024  # pages the helper holds extracted ahead of the reader, besides what the pipe holds
+PREFETCH_MAX_PAGES = 10_000  # above this, no helper: it would hold a second page tree (about 8 KB a page)
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the folder holding this locret_cli, for the helper's imports
 
 
@@ -89,7 +91,8 @@ def open_pdf(path: Path, prefetch: bool = False) -> OpenPdf:
     except Exception as exc:  # a malformed file makes pypdf raise many types, RecursionError among them
         close()
         raise LocretError(f"{path} is not a readable PDF ({type(exc).__name__}: {first_line(exc)})") from None
-    return OpenPdf(reader, mapped, total, close, _start_helper(path) if prefetch else None)
+    helper = _start_helper(path) if prefetch and total <= PREFETCH_MAX_PAGES else None
+    return OpenPdf(reader, mapped, total, close, helper)
 
 
 def page_text(pdf: OpenPdf, path: Path, number: int) -> tuple[str, str | None]:
