@@ -4,8 +4,8 @@ Nothing here holds a whole book at once. Text is decoded incrementally and cut a
 64K characters; each block (or PDF page) is tokenized on its own and the ids are handed out in chunks of the engine's
 size, each tagged with the pages it came from. A PDF is memory-mapped rather than read into memory, and the objects
 pypdf parses for a page are dropped once its text is out, so memory does not grow with the book's content (the page
-tree, about 8 KB a page, is held while reading; `pdf_pages.py`, where a second process may extract the pages a bounded
-number ahead).
+tree, about 8 KB a page, is held while reading). `pdf_pages.py` opens PDFs and extracts their pages' text, in a
+second process where the caller asks.
 
 Documents are untrusted: whatever a malformed file makes the PDF parser raise becomes one LocretError, and a text
 file full of NUL bytes is refused as binary rather than read.

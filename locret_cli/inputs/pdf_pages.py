@@ -90,7 +90,7 @@ def open_pdf(path: Path, prefetch: bool = False) -> OpenPdf:
         raise
     except Exception as exc:  # a malformed file makes pypdf raise many types, RecursionError among them
         close()
-        raise LocretError(f"{path} is not a readable PDF ({type(exc).__name__}: {first_line(exc)})") from None
+        raise LocretError(f"{path} is not a readable PDF ({type(exc).__name__}: {_first_line(exc)})") from None
     helper = _start_helper(path) if prefetch and total <= PREFETCH_MAX_PAGES else None
     return OpenPdf(reader, mapped, total, close, helper)
 
@@ -101,12 +101,12 @@ def page_text(pdf: OpenPdf, path: Path, number: int) -> tuple[str, str | None]:
     try:
         return pdf.reader.pages[number - 1].extract_text() or "", None
     except Exception as exc:  # malformed content streams raise many types
-        return "", f"{path}: page {number} skipped, its text could not be read ({type(exc).__name__}: {first_line(exc)})"
+        return "", f"{path}: page {number} skipped, its text could not be read ({type(exc).__name__}: {_first_line(exc)})"
     finally:
         pdf.reader.resolved_objects.clear()
 
 
-def first_line(exc: Exception) -> str:
+def _first_line(exc: Exception) -> str:
     text = str(exc).strip()
     return text.splitlines()[0][:200] if text else "no details"
 
