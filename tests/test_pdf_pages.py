@@ -66,25 +66,29 @@ def helper_sending(lines: list) -> list[str]:
     return [sys.executable, "-c", f"import sys; sys.stdout.write({text!r})"]
 
 
-@pytest.mark.parametrize("lines", [
-    [],                                                                   # exits at once
-    [[1, "The gate code of the north depot is 4821.", None]],            # stops after one page
-    [[1, "The gate code of the north depot is 4821.", None], [3, "x", None]],  # skips a page
-    [[1, "The gate code of the north depot is 4821.", None], "not json"],
-    [[1, 42, None]],                                                      # text that is not text
-    [[1, "a", None], [2, "b", None], [3, "c", None], [4, "a page the file does not have", None]],
-], ids=["exits", "stops", "skips", "garbage", "wrong-type", "too-many"])
-def test_a_helper_that_fails_is_replaced_by_this_process_from_the_page_it_missed(tmp_path, monkeypatch, lines):
+SENT = "page one, as the helper sent it"
+
+
+@pytest.mark.parametrize("lines, delivered", [
+    ([], 0),                                                        # exits at once
+    ([[1, SENT, None]], 1),                                         # stops after one page
+    ([[1, SENT, None], [3, "x", None]], 1),                         # skips a page
+    ([[1, SENT, None], "not json"], 1),
+    ([[1, 42, None]], 0),                                           # text that is not text
+    ([7], 0),                                                       # not a page at all
+    ([[1, "a", None], [2, "b", None], [3, "c", None], [4, "a page the file does not have", None]], 3),
+], ids=["exits", "stops", "skips", "garbage", "wrong-type", "a-number", "too-many"])
+def test_a_helper_that_fails_is_replaced_by_this_process_from_the_page_it_missed(tmp_path, monkeypatch, lines,
+                                                                                 delivered):
     path = three_pages(tmp_path)
     expected = in_process(path)
     monkeypatch.setattr(pdf_pages, "helper_command", lambda path: helper_sending(lines))
     pdf = open_pdf(path, prefetch=True)
     got = list(page_texts(pdf, path))
     pdf.close()
-    delivered = 3 if len(lines) == 4 else 1 if lines and lines[0][1] != 42 else 0
-    assert got[delivered:] == expected[delivered:]
-    assert [text for _, text, _ in got[:delivered]] == [line[1] for line in lines[:delivered]]
     assert [number for number, _, _ in got] == [1, 2, 3]
+    assert [text for _, text, _ in got[:delivered]] == [line[1] for line in lines[:delivered]]
+    assert got[delivered:] == expected[delivered:]
 
 
 def test_a_helper_that_cannot_start_leaves_every_page_to_this_process(tmp_path, monkeypatch):

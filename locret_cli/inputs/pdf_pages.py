@@ -131,7 +131,7 @@ def page_texts(pdf: OpenPdf, path: Path) -> Iterator[tuple[int, str, str | None]
 def _start_helper(path: Path) -> subprocess.Popen | None:
     try:
         return subprocess.Popen(helper_command(path), cwd=PACKAGE_ROOT, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, encoding="utf-8")
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, encoding="utf-8", errors="replace")
     except OSError:
         return None
 
@@ -145,7 +145,7 @@ def _checked(line: str, number: int) -> tuple[int, str, str | None] | None:
     """The page the helper sent, if it is page `number` in the expected form; else None."""
     try:
         sent, text, warning = json.loads(line)
-    except ValueError:
+    except (ValueError, TypeError):  # not JSON, or not three items
         return None
     if sent != number or not isinstance(text, str) or not (warning is None or isinstance(warning, str)):
         return None
