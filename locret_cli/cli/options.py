@@ -14,6 +14,7 @@ from rich.console import Console
 from locret_cli.cli.option_groups import OUTPUT_PANEL, READING_PANEL
 from locret_cli.core.settings import DEFAULT_POLICY
 from locret_cli.errors import LocretError, SettingError
+from locret_cli.files import is_saved_context
 
 Encoding = Annotated[Optional[str], typer.Option(help="Text encoding of the input. Default: UTF-8, or as its BOM says.", rich_help_panel=OUTPUT_PANEL)]
 Force = Annotated[bool, typer.Option("--force", help="Run even when the estimated memory need exceeds what is free.", rich_help_panel=OUTPUT_PANEL)]
@@ -32,7 +33,6 @@ def open_reading(source: str, spec, read: dict, answer: dict, err: Console, quie
     settings are the file's: giving others is an error; `answer` (max_new_tokens, temperature, top_p, seed) may
     change."""
     from locret_cli.cli.app import render
-    from locret_cli.files import is_saved_context
     from locret_cli.inputs.documents import open_document
 
     def warn(message) -> None:
