@@ -2,10 +2,12 @@
 
     python benchmarks/read_once.py --source samples/handbook.pdf --questions samples/questions.jsonl --count 5
     python benchmarks/read_once.py --arch smollm2-135m --tokens 131072 --budget 1024 --max-new-tokens 32
+    python benchmarks/read_once.py --context h.locret --model smollm2 --questions samples/questions.jsonl --count 10
 
 With --source, the embedded model reads the document, the reading is saved to a temporary .locret file and loaded
 back, and each question is answered from the loaded context, with and without sources. With --arch, a random-weights
 model of that shape (byte-level tokenizer) reads --tokens of filler; answers are meaningless but every time is real.
+With --context, a saved reading (`locret read`) is loaded with --model and only the answers are timed.
 Prints a Markdown report; nothing is warmed up except one short run to load the kernels.
 """
 
@@ -23,8 +25,8 @@ import torch
 from locret_cli.api import load_session
 from locret_cli.api.saved_context import save_reading
 from locret_cli.bench.synthetic import paragraphs
-from locret_cli.inputs.documents import text_document
 from locret_cli.cli.report import format_sources
+from locret_cli.inputs.documents import text_document
 from locret_cli.inputs.questions import load_questions
 from locret_cli.models.spec import ModelSpec
 
@@ -35,17 +37,9 @@ def timed(call):
     return value, time.perf_counter() - started
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--source")
-    parser.add_argument("--questions")
-    parser.add_argument("--count", type=int, default=5)
-    parser.add_argument("--arch")
-    parser.add_argument("--tokens", type=int, default=131072)
-    parser.add_argument("--budget", type=int)
-    parser.add_argument("--max-new-tokens", type=int)
-    parser.add_argument("--repeats", type=int, default=21, help="answers timed per question, with and without sources")
-    args = parser.parse_args()
+def read_save_load(args) -> tuple:
+    """Read the document (--source) or filler (--arch), save and load it, printing each step's time: (the loaded
+    reading, the answer settings, the questions)."""
     if args.arch:
         session = load_session(ModelSpec(arch=args.arch))
         text = "\n\n".join(paragraphs(random.Random(0), args.tokens // 90))[: args.tokens]
@@ -69,23 +63,47 @@ def main() -> None:
     print(f"| save ({saved.size_bytes / 2**20:.2f} MiB, {saved.bytes_per_entry:.1f} B per entry and head) | "
           f"{save_s * 1000:.1f} ms | {save_s / reading.read_s:.2%} |")
     print(f"| load | {load_s * 1000:.1f} ms | {load_s / reading.read_s:.2%} |")
+    return loaded, answering, questions
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--source")
+    parser.add_argument("--questions")
+    parser.add_argument("--count", type=int, default=5)
+    parser.add_argument("--arch")
+    parser.add_argument("--context", help="a saved .locret: time its answers only")
+    parser.add_argument("--model", help="the model of --context")
+    parser.add_argument("--tokens", type=int, default=131072)
+    parser.add_argument("--budget", type=int)
+    parser.add_argument("--max-new-tokens", type=int)
+    parser.add_argument("--repeats", type=int, default=21, help="answers timed per question, with and without sources")
+    args = parser.parse_args()
+    if args.context:
+        session = load_session(args.model)
+        loaded, questions = session.load(args.context), load_questions(args.questions)[: args.count]
+        answering = session.answer_settings(max_new_tokens=args.max_new_tokens)
+        print(f"model: {session.loaded.name}; {args.context}; torch threads {torch.get_num_threads()}\n")
+        print("| step | time |\n|---|---:|")
+    else:
+        loaded, answering, questions = read_save_load(args)
     rows = []
     for question in questions:
         cited, plain = [], []
         for _ in range(args.repeats):  # interleaved, so drift in the machine's speed hits both alike
-            cited.append(timed(lambda: loaded.ask(question, answering)))
-            plain.append(timed(lambda: loaded.ask(question, answering, sources=0)))
+            cited.append(timed(lambda q=question: loaded.ask(q, answering)))
+            plain.append(timed(lambda q=question: loaded.ask(q, answering, sources=0)))
         result = cited[0][0]
         with_s, without_s = statistics.median(t for _, t in cited), statistics.median(t for _, t in plain)
         decode_s = statistics.median(r.decode_s for r, _ in plain)
         rows.append((question, result, with_s, without_s, decode_s))
-        print(f"| answer: {question} | {with_s * 1000:.0f} ms | {with_s / reading.read_s:.2%} |")
-    print("\n| question | answer | first sources | answer with sources | without | cost / decode time |")
-    print("|---|---|---|---:|---:|---:|")
+        print(f"| answer: {question} | {with_s * 1000:.0f} ms |")
+    print("\n| question | route | answer | first sources | answer with sources | without | cost / decode time |")
+    print("|---|---|---|---|---:|---:|---:|")
     for question, result, with_s, without_s, decode_s in rows:
         cited = format_sources(result.sources[:2])
-        print(f"| {question} | {result.answer[:60]} | {cited} | {with_s * 1000:.1f} ms | {without_s * 1000:.1f} ms "
-              f"| {(with_s - without_s) / decode_s:+.1%} ({result.decode_steps} steps) |")
+        print(f"| {question} | {result.route} | {result.answer[:60]} | {cited} | {with_s * 1000:.1f} ms | "
+              f"{without_s * 1000:.1f} ms | {(with_s - without_s) / decode_s:+.1%} ({result.decode_steps} steps) |")
 
 
 if __name__ == "__main__":

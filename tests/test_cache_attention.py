@@ -3,14 +3,13 @@ same logits through the engine's read and decode."""
 
 from __future__ import annotations
 
-from contextlib import nullcontext
-
 import pytest
 import torch
 import torch.nn.functional as F
 from conftest import tiny_model
 from test_engine import chunks_of, random_ids
 
+from locret_cli.core import probe
 from locret_cli.core.cache_attention import (
     IMPLEMENTATION,
     applies_to,
@@ -59,10 +58,9 @@ def logits(model, heads, split: bool) -> torch.Tensor:
     engine = Engine(model, LocretPolicy(heads),
                     ReadSettings(budget=40, chunk_size=32, stabilizers=8), stop_ids=set(),
                     answering=AnswerSettings(max_new_tokens=16))
-    # the reference: the model's own SDPA with transformers' mask (an observer's implementation turns this one off)
-    with nullcontext() if split else observe_attention(model, lambda *_: None):
-        engine.read(chunks_of(random_ids(160), 32))
-        return torch.stack([engine.forward(ids, score=False) for ids in ([3, 4, 5], *([t] for t in range(10, 18)))])
+    engine.mask_free = split  # the reference: the model's own SDPA with transformers' mask
+    engine.read(chunks_of(random_ids(160), 32))
+    return torch.stack([engine.forward(ids, score=False) for ids in ([3, 4, 5], *([t] for t in range(10, 18)))])
 
 
 def test_the_engine_reads_and_decodes_as_with_the_mask(family_model):
@@ -73,14 +71,44 @@ def test_the_engine_reads_and_decodes_as_with_the_mask(family_model):
     assert torch.allclose(split, reference, rtol=0, atol=1e-5 * reference.abs().max())
 
 
-def test_it_applies_only_to_plain_sdpa():
+def test_it_stands_in_for_sdpa_and_for_an_observers_sdpa_in_either_order():
     model = tiny_model("llama")
     assert applies_to(model)
     with use_cache_attention(model):
         assert model.config._attn_implementation == IMPLEMENTATION
     assert model.config._attn_implementation == "sdpa"
-    with observe_attention(model, lambda *_: None), use_cache_attention(model):
-        assert model.config._attn_implementation != IMPLEMENTATION
+    with observe_attention(model, lambda *_: None):
+        assert model.config._attn_implementation == probe.IMPLEMENTATION
+        with use_cache_attention(model):
+            assert model.config._attn_implementation == probe.MASK_FREE
+    with use_cache_attention(model), observe_attention(model, lambda *_: None):
+        assert model.config._attn_implementation == probe.MASK_FREE
+    assert model.config._attn_implementation == "sdpa"
+    model.config._attn_implementation = "eager"
+    with use_cache_attention(model):
+        assert model.config._attn_implementation == "eager"
+
+
+def test_an_observer_hears_the_same_calls_with_and_without_the_mask(family_model):
+    """Citations and attention-based policies observe each layer's query and key: attending over the cache without
+    the mask while observed changes neither what they hear nor, up to rounding, the logits."""
+    heads = RetainingHeads.for_model(family_model)
+    heard = {True: [], False: []}
+    results = {}
+    for split, calls in heard.items():
+        def hear(layer, query, key, scaling, calls=calls):
+            calls.append((layer, family_model.config._attn_implementation, query, key.shape, scaling))
+
+        with observe_attention(family_model, hear):
+            results[split] = logits(family_model, heads, split)
+    forwards = 5 + 1 + 8  # chunks read, the question, one token at a time
+    assert len(heard[True]) == len(heard[False]) == forwards * family_model.config.num_hidden_layers
+    assert {call[1] for call in heard[True]} == {probe.MASK_FREE}
+    assert {call[1] for call in heard[False]} == {probe.IMPLEMENTATION}
+    for (layer, _, query, keys, scaling), (layer_, _, query_, keys_, scaling_) in zip(heard[True], heard[False]):
+        assert (layer, keys, scaling) == (layer_, keys_, scaling_)
+        assert torch.allclose(query, query_, rtol=0, atol=1e-5 * query_.abs().max())
+    assert torch.allclose(results[True], results[False], rtol=0, atol=1e-5 * results[False].abs().max())
 
 
 @pytest.mark.parametrize("length, entries, window", [(1, 40, 8), (1, 5, 8), (6, 40, 8), (12, 15, 8), (5, 5, 8)])

@@ -41,6 +41,7 @@ import torch.nn.functional as F
 from locret_cli.core.transformers_internals import attention_implementation, implementation_of, register_attention
 
 IMPLEMENTATION = "locret_cache"
+_twins = {"sdpa": IMPLEMENTATION}  # an implementation the model may run -> its twin that attends by `cache_attention`
 
 
 class AttentionKernel(Protocol):
@@ -117,7 +118,7 @@ def sliding_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
                                           enable_gqa=heads > key.shape[1])
 
 
-def _attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, sliding_window=None, **kwargs):
+def attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, sliding_window=None, **kwargs):
     """transformers' attention signature. The model builds no mask for this implementation (it is not registered
     with the mask interface): `cache_attention` needs none, and `sliding_attention` builds its band."""
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
@@ -128,7 +129,7 @@ def _attention(module, query, key, value, attention_mask, scaling=None, dropout=
     return output.transpose(1, 2).contiguous(), None
 
 
-register_attention(IMPLEMENTATION, _attention)
+register_attention(IMPLEMENTATION, attention)
 
 
 def applies_to(model) -> bool:
@@ -138,9 +139,20 @@ def applies_to(model) -> bool:
     return device == "cpu" or device == "cuda" and model.dtype in (torch.bfloat16, torch.float16)
 
 
+def register_twin(name: str, twin: str) -> None:
+    """Have `use_cache_attention` turn the model's implementation `name` into `twin`, registered as attending by
+    `attention` (an observer's implementation does: `core/probe.py`)."""
+    _twins[name] = twin
+
+
+def is_mask_free(name: str) -> bool:
+    """Whether implementation `name` attends by `cache_attention` (this one, or a registered twin)."""
+    return name in _twins.values()
+
+
 def use_cache_attention(model):
     """A context in which `model` (batch 1, attending over a LocretCache, `applies_to` it) attends with
-    `cache_attention` in place of SDPA, unless an observer's implementation (`core/probe.py`) is in force; then a
-    context that changes nothing."""
-    plain = implementation_of(model) == "sdpa"
-    return attention_implementation(model, IMPLEMENTATION) if plain else nullcontext()
+    `cache_attention` in place of SDPA: its implementation's twin (an observer still hears every call), or, where
+    it has none, a context that changes nothing."""
+    twin = _twins.get(implementation_of(model))
+    return attention_implementation(model, twin) if twin else nullcontext()
