@@ -8,7 +8,8 @@ With --source, the embedded model reads the document, the reading is saved to a 
 back, and each question is answered from the loaded context, with and without sources. With --arch, a random-weights
 model of that shape (byte-level tokenizer) reads --tokens of filler; answers are meaningless but every time is real.
 With --context, a saved reading (`locret read`) is loaded with --model and only the answers are timed.
-Prints a Markdown report; nothing is warmed up except one short run to load the kernels.
+Prints a Markdown report. Nothing is warmed up but one short run that loads the kernels, and with --context not even
+that: the medians leave the first answer's loading out.
 """
 
 from __future__ import annotations
