@@ -13,7 +13,7 @@ hears every layer's query and keys, as it would from the model's attention.
 
 It answers for what the own step fits and the graph holds: a CPU, no forward hooks on the model's modules (a reader
 in force), an unquantized cache and a rotary embedding whose frequencies do not change with length. Otherwise the own
-step answers. Compiling takes tens of seconds and some memory once per process (`docs/performance.md`); the step
+step answers. Compiling takes tens of seconds and some memory once per process (`docs/decode.md`); the step
 pays for itself only over long answers or many questions.
 """
 
