@@ -41,8 +41,8 @@ def test_the_specific_content_is_what_the_question_does_not_hold():
     (ENGINEER, "It is Halvorsen Ingrid.", "partial", [("halvorsen ingrid", "scattered", [])]),
     ("What is the chief engineer of the north depot?", "It is Ingrid Halvorsen.", "partial",
      [("ingrid halvorsen", "elsewhere", [])]),  # another place's engineer: only half the question is near
-    (GATE, "The code is A-17, the \"blue door\".", "found",
-     [("blue door", "found", ["p. 2"]), ("a-17", "found", ["p. 2"])]),
+    (GATE, "The code is A-17, the \"blue door\".", "partial",  # said of the next sentence's code, not the gate code
+     [("blue door", "unbound", []), ("a-17", "unbound", [])]),
     (GATE, "The gate code of the north depot is wheat.", "partial", [("wheat", "elsewhere", [])]),
     ("What is the gate code of the Ardent quarry?", "The gate code of the Ardent quarry is 4821.", "partial",
      [("4821", "found", ["p. 2"])]),
@@ -64,12 +64,12 @@ NEIGHBOURS = DocumentText([("The parking bay of the fern orchard is 1234. The pa
 
 @pytest.mark.parametrize("text, question, answer, status, stated", [
     (TEXT, GATE, "The gate code of the north depot is 4821.", "found", True),
-    (TEXT, GATE, "The code is A-17, the \"blue door\".", "found", False),  # the sentence after the gate code's
+    (TEXT, GATE, "The code is A-17, the \"blue door\".", "partial", False),  # the sentence after the gate code's
     (TEXT, ENGINEER, "It is Ingrid Halvorsen.", "found", True),
     (NEIGHBOURS, "What is the parking bay of the fern nursery?", "It is 6026.", "found", True),
-    (NEIGHBOURS, "What is the parking bay of the fern nursery?", "It is 1234.", "found", False),  # the orchard's
+    (NEIGHBOURS, "What is the parking bay of the fern nursery?", "It is 1234.", "partial", False),  # the orchard's
     (NEIGHBOURS, "What is the pass key?", "The pass key is 85977.", "found", True),
-    (NEIGHBOURS, "What is the pass key?", 'The pass key is "Worse is Better".', "found", False),
+    (NEIGHBOURS, "What is the pass key?", 'The pass key is "Worse is Better".', "partial", False),
     (NEIGHBOURS, "Which is it?", "It is 6026.", "found", False),  # a question that names nothing
     (TEXT, GATE, "The gate code of the north depot is 4822.", "not_found", False),
 ])

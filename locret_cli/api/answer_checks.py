@@ -49,7 +49,7 @@ def check_answer(reading: Reading, question: str, drafted: Drafted, sources: int
         again = ground(question, restated, text, cut) if restated else None
         if again is not None and again.status == "found":
             answer, restated_from, grounding = restated, answer, again
-    if answering.strict and untrusted(forms, question, answer, grounding, cut):
+    if answering.strict and untrusted(forms, question, answer, grounding):
         answer, withheld = REFUSAL, answer
     cited = drafted.sources
     if answer == REFUSAL or (forms and forms.says_not_stated(answer)):
@@ -60,15 +60,14 @@ def check_answer(reading: Reading, question: str, drafted: Drafted, sources: int
     return Checked(answer, shown, grounding, withheld, restated_from)
 
 
-def untrusted(forms: QuestionForms | None, question: str, answer: str, grounding: Grounding | None,
-              cut: bool) -> bool:
-    """Whether a strict answer must be withheld: its content is not in the document as written; or the model cannot
-    answer a question of this form (the embedded model's out-of-form questions); or a model that answers only with a
-    value (the embedded one) gave none ("The water ration of the old library is."), without the token limit to
-    blame."""
+def untrusted(forms: QuestionForms | None, question: str, answer: str, grounding: Grounding | None) -> bool:
+    """Whether a strict answer must be withheld: its content is not in the document as written; or it states
+    nothing ("No." to a question that asks for a value, "It is not known."), unless it is the refusal itself or the
+    model's own way of saying the document is silent; or the model cannot answer a question of this form (the
+    embedded model's out-of-form questions)."""
     if grounding is not None and not grounding.grounded:
         return True
-    if forms is None:
-        return False
-    no_value = grounding is not None and grounding.status == "n/a" and not cut and not forms.says_not_stated(answer)
-    return no_value or forms.warning(question) is not None
+    silent = answer == REFUSAL or (forms is not None and forms.says_not_stated(answer))
+    if grounding is not None and grounding.status == "n/a" and not silent:
+        return True
+    return forms is not None and forms.warning(question) is not None

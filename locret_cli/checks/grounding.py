@@ -13,6 +13,13 @@ document's words (case and punctuation ignored):
 - not_found: some specific word occurs nowhere in the document;
 - n/a: the answer has no specific content (it only restates the question, or says nothing new).
 
+A run found near what the question names counts only where it is **bound** to it (`binding.py`): in a sentence that
+names the question as fully as any sentence of the document, with the answer's polarity. So a neighbour's value
+("7762", the north depot's radio channel, asked its gate code) is partial, and so is a value from a sentence that
+denies what the answer asserts. An answer that offers several candidates ("4821 or 7762") is partial too. A yes or no
+to a polar question ("Was the annual meeting held in 1999?") is found where one sentence states the question's claim
+with the answer's polarity.
+
 A found answer is also **stated** when some sentence of the document holds each of its runs together with every
 specific word of the question ("4821" in "The gate code of the north depot is 4821."), not merely near them.
 
@@ -29,6 +36,8 @@ from __future__ import annotations
 import re
 from bisect import bisect_right
 from dataclasses import dataclass, field
+
+from locret_cli.checks.binding import ANSWER_KINDS, Claims, is_polar, negated, polarity, variants
 
 WORD = re.compile(r"[^\W_]+(?:['’.,:/-][^\W_]+)*")  # 4821, A-17, 3.14, 12:30, O'Neill, 1,024
 THOUSANDS = re.compile(r"(?<=\d)[,’'](?=\d{3}(?!\d))")  # the separators in 4,821 and 1'000'000
@@ -59,8 +68,9 @@ class Span:
     """One run of the answer's specific content and where the document holds it."""
 
     text: str
-    status: str  # "found"; "elsewhere" (only far from what the question names); "scattered" (its words occur, not
-    # together); "missing" (some word occurs nowhere)
+    status: str  # "found"; "unbound" (near what the question names, but said of something else there, or with the
+    # other polarity); "elsewhere" (only far from what the question names); "scattered" (its words occur, not
+    # together); "missing" (some word occurs nowhere); for a polar answer's claim, "contradicted"
     places: list[str] = field(default_factory=list)  # pages or line ranges where it occurs, first few
     units: list[int] = field(default_factory=list)  # the same, as unit indices
     stated: bool = False  # some sentence holds it with every specific word of the question
@@ -149,6 +159,13 @@ class DocumentText:
     def unit_of(self, index: int) -> int:
         return max(bisect_right(self.unit_starts, index) - 1, 0)
 
+    def sentence_of(self, index: int) -> int:
+        return max(bisect_right(self.sentence_starts, index) - 1, 0)
+
+    def sentence_words(self, sentence: int) -> list[str]:
+        end = self.sentence_starts[sentence + 1] if sentence + 1 < len(self.sentence_starts) else len(self.words)
+        return self.words[self.sentence_starts[sentence]:end]
+
     def near(self, index: int, length: int, word: str) -> bool:
         """Whether `word` occurs within ANCHOR_WORDS words of words index..index+length-1."""
         places = self.where.get(word, [])
@@ -194,25 +211,51 @@ def ground(question: str, answer: str, text: DocumentText, cut: bool = False) ->
     answer = answer.rstrip()
     if cut and not answer.endswith((".", "!", "?", '"', "”")):  # a finished sentence was not cut inside a word
         answer = answer[: max(answer.rfind(" "), answer.rfind("\n"), 0)]
-    asked = [w for w in dict.fromkeys(words(SPECIAL.sub(" ", question))) if w not in COMMON]
-    named = [w for w in asked if w in text.where]
-    spans = []
-    for run in specific_runs(answer, question):
-        found = text.occurrences(run)
-        anchored = [i for i in found if text.anchored(i, len(run), named)]
-        if anchored:
-            status = "found"
-        elif found:
-            status = "elsewhere"
-        else:
-            content = [w for w in run if w not in COMMON]
-            status = "scattered" if all(w in text.where for w in content) else "missing"
-        units = list(dict.fromkeys(text.unit_of(i) for i in anchored))[:PLACES_SHOWN]
-        stated = any(text.states(i, len(run), named) for i in anchored)
-        spans.append(Span(" ".join(run), status, [text.labels[u] for u in units], units, stated))
+    question_words = words(SPECIAL.sub(" ", question))
+    asked = [w for w in dict.fromkeys(question_words) if w not in COMMON]
+    named = [w for w in asked if any(form in text.where for form in variants(w))]
+    claims = Claims(text, named)
+    answer_words = words(SPECIAL.sub(" ", answer))
+    yes = polarity(answer_words) if is_polar(question_words) else None
+    if yes is not None:  # the yes or no is the answer's stance, not content to look up
+        answer = answer.lstrip()[len(WORD.match(answer.lstrip())[0]):] if WORD.match(answer.lstrip()) else answer
+    spans = [claim_span(claims, yes, text)] if yes is not None else []
+    runs = specific_runs(answer, question)
+    for run in runs:
+        spans.append(run_span(run, text, claims, negated(answer_words)))
     if not spans:
         return Grounding("n/a")
-    unnamed = [w for w in asked if w not in named]
+    unnamed = [w for w in asked if w not in named and w not in ANSWER_KINDS]
     statuses = {span.status for span in spans}
-    status = "not_found" if "missing" in statuses else "found" if statuses == {"found"} and not unnamed else "partial"
+    several = len([s for s in spans if s.status != "missing"]) > 1 and bool({"or", "either"} & set(answer_words))
+    status = "not_found" if "missing" in statuses else (
+        "found" if statuses == {"found"} and not unnamed and not several else "partial")
     return Grounding(status, spans, unnamed)
+
+
+def run_span(run: list[str], text: DocumentText, claims: Claims, answer_negated: bool) -> Span:
+    """Where the document holds one run of the answer's content, and whether it is bound to the question there."""
+    found = text.occurrences(run)
+    anchored = [i for i in found if text.anchored(i, len(run), claims.asked)]
+    bound = [i for i in anchored if claims.bound(i, len(run), answer_negated)]
+    if bound:
+        status = "found"
+    elif anchored:
+        status = "unbound"
+    elif found:
+        status = "elsewhere"
+    else:
+        content = [w for w in run if w not in COMMON]
+        status = "scattered" if all(w in text.where for w in content) else "missing"
+    units = list(dict.fromkeys(text.unit_of(i) for i in bound))[:PLACES_SHOWN]
+    stated = any(text.states(i, len(run), claims.asked) for i in bound)
+    return Span(" ".join(run), status, [text.labels[u] for u in units], units, stated)
+
+
+def claim_span(claims: Claims, yes: bool, text: DocumentText) -> Span:
+    """A yes or no to a polar question, as a span: the question's claim, found where one sentence states it with
+    the answer's polarity."""
+    status, sentences = claims.polar(yes)
+    units = list(dict.fromkeys(text.unit_of(text.sentence_starts[s]) for s in sentences))[:PLACES_SHOWN]
+    shown = units if status == "found" else []
+    return Span("yes" if yes else "no", status, [text.labels[u] for u in shown], shown, status == "found")
