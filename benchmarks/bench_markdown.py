@@ -48,7 +48,7 @@ def accuracy_table(rows: list[dict]) -> list[str]:
             shown = []
             for n in lengths:
                 r = cells.get(n)
-                score = None if r is None or r["skipped"] else r["contains_accuracy" if task == "niah" else "accuracy"]
+                score = None if r is None or r["skipped"] else r["right_accuracy" if task == "niah" else "accuracy"]
                 shown.append("-" if r is None else "skipped" if r["skipped"] else f"{100 * score:.0f}%")
             out.append(f"| {policy} | " + " | ".join(shown) + " |")
         out.append("")

@@ -46,7 +46,7 @@ def rss_mib() -> float:
 def measure(model: str, dtype: str, loading: dict, reading_settings: dict, prose_packages: Path | None) -> dict:
     from benchmarks.smollm2.evaluate import dev_documents
     from locret_cli.api import load_session
-    from locret_cli.bench.tasks import contains_match
+    from locret_cli.bench.scoring import contains_match
     from recipes import prose
 
     started = time.perf_counter()

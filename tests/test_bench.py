@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 from locret_cli.bench import parse_lengths
 from locret_cli.bench.flops import FlopCounter, counting
 from locret_cli.bench.runner import ROW_FIELDS, row_variant
-from locret_cli.bench.tasks import Question, contains_match, data_samples, exact_match, generated_samples, needle_depths
+from locret_cli.bench.scoring import contains_match
+from locret_cli.bench.tasks import Question, data_samples, exact_match, generated_samples, needle_depths
 from locret_cli.cli import app
 from locret_cli.core.transformers_internals import cache_kwargs
 from locret_cli.errors import LocretError, SettingError
@@ -124,7 +125,7 @@ def test_bench_json_rows_for_each_policy_with_the_same_cache():
     for row in rows.values():
         assert set(row) == set(ROW_FIELDS)
         assert row["skipped"] is None and row["task"] == "needle" and row["length"] == 300
-        assert 0 <= row["accuracy"] <= row["contains_accuracy"] <= 1
+        assert 0 <= row["accuracy"] <= row["right_accuracy"] <= 1
         assert row["peak_bytes"] > 0 and row["prefill_tokens_per_s"] > 0 and row["time_to_first_token_s"] > 0
         assert 0 < row["roofline_s"] and row["flops"] > 0
         prefill, decode = row["phases"]["prefill"], row["phases"]["decode"]

@@ -75,7 +75,7 @@ def test_the_grid_has_a_cell_per_length_depth_and_policy_and_the_heatmap_is_a_pn
         assert row["questions"] == 11 and row["task"] == "niah"
         assert sorted(row["by_depth"]) == [f"{d / 10:.2f}" for d in range(11)]
         assert all(score in (0.0, 1.0) for score in row["by_depth"].values())
-        assert row["contains_accuracy"] == pytest.approx(sum(row["by_depth"].values()) / 11)
+        assert row["right_accuracy"] == pytest.approx(sum(row["by_depth"].values()) / 11)
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from locret_cli.api import Session, load_session
-from locret_cli.bench.tasks import contains_match
+from locret_cli.bench.scoring import contains_match
 from locret_cli.core.heads import RetainingHeads
 from recipes import prose
 from recipes.smollm2 import documents

@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 
 from locret_cli.api import load_session
-from locret_cli.bench.tasks import contains_match
+from locret_cli.bench.scoring import contains_match
 
 WAYS = {"recorded route": ({}, True), "one read, reader": ({"reread": 0}, True),
         "one read, no reader": ({"reread": 0}, False)}

@@ -17,6 +17,7 @@ import torch
 
 from locret_cli.api import Session, load_session
 from locret_cli.bench.flops import FlopCounter, counting
+from locret_cli.bench.scoring import tally
 from locret_cli.bench.tasks import data_samples, generated_samples
 from locret_cli.inputs.documents import text_document
 from locret_cli.core.measure import available_memory, full_cache_bytes, peak_memory, reset_peak, weight_bytes
@@ -58,10 +59,11 @@ def run_cell(spec: CellSpec) -> dict:
     warm_up(session, settings)
     reset_peak(model.device)
     counter = FlopCounter(model)
-    exact, contains, ttft, prefill, decode_s, decode_steps, tokens, kv_peak = [], [], [], [], 0.0, 0, [], 0
+    exact, right, verdicts, ttft, prefill, tokens = [], [], [], [], [], []
+    decode_s, decode_steps, kv_peak = 0.0, 0, 0
     prefill_s = 0.0  # reading, question prefill and first tokens, over every sample and question
-    by_depth: dict[str, list[bool]] = {}  # contains-match by the needle's depth, for tasks that place one
-    by_kind: dict[str, list[bool]] = {}  # contains-match by the kind of question, for the kinds task
+    by_depth: dict[str, list[bool]] = {}  # right answers by the needle's depth, for tasks that place one
+    by_kind: dict[str, list[bool]] = {}  # right answers by the kind of question, for the kinds task
     started = time.perf_counter()
     with counting(model, counter):
         for sample in samples:
@@ -70,11 +72,12 @@ def run_cell(spec: CellSpec) -> dict:
             for i, question in enumerate(sample.questions):
                 result = reading.ask(question.question, answering, sources=0)
                 exact.append(question.is_exact(result.answer))
-                contains.append(question.contained_in(result.answer))
+                verdicts.append(question.verdict(result.answer, reading.document_text()))
+                right.append(verdicts[-1] == "right")
                 if question.kind is not None:
-                    by_kind.setdefault(question.kind, []).append(contains[-1])
+                    by_kind.setdefault(question.kind, []).append(right[-1])
                 if sample.depth is not None:
-                    by_depth.setdefault(f"{sample.depth:.2f}", []).append(contains[-1])
+                    by_depth.setdefault(f"{sample.depth:.2f}", []).append(right[-1])
                 decode_s, decode_steps = decode_s + result.decode_s, decode_steps + result.decode_steps
                 prefill_s += result.answer_s - result.decode_s + (result.read_s if i == 0 else 0.0)
                 kv_peak = max(kv_peak, result.cache_peak_bytes)
@@ -87,7 +90,8 @@ def run_cell(spec: CellSpec) -> dict:
     meaningful = spec.model.arch is None
     return {
         "accuracy": statistics.fmean(exact) if meaningful else None,
-        "contains_accuracy": statistics.fmean(contains) if meaningful else None,
+        "right_accuracy": statistics.fmean(right) if meaningful else None,
+        "verdicts": tally(verdicts) if meaningful else None,
         "questions": len(exact),
         "document_tokens": round(statistics.median(tokens)),
         "kv_peak_bytes": kv_peak,

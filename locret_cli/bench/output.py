@@ -28,7 +28,7 @@ def bench_table(result: BenchResult) -> Table:
         caption.insert(0, "accuracy is meaningless here: --arch builds random weights; speed and memory are real")
     table = Table(title=title, caption="\n".join(caption), header_style="bold")
     for name, justify in [("task", "left"), ("tokens", "right"), ("policy", "left"), ("exact", "right"),
-                          ("contains", "right"), ("KV peak", "right"), ("peak memory", "right"),
+                          ("right", "right"), ("made up", "right"), ("bound wrong", "right"), ("KV peak", "right"), ("peak memory", "right"),
                           ("prefill tok/s", "right"), ("decode tok/s", "right"), ("TTFT", "right"),
                           ("% roofline", "right"), ("prefill / decode", "right")]:
         table.add_column(name, justify=justify)
@@ -40,10 +40,11 @@ def bench_table(result: BenchResult) -> Table:
         previous = group
         head = [row["task"], f"{row['length']:,}", row["policy"]]
         if row["skipped"]:
-            table.add_row(*head, f"[yellow]skipped: {row['skipped']}[/]", *[""] * 8)
+            table.add_row(*head, f"[yellow]skipped: {row['skipped']}[/]", *[""] * 10)
             continue
         table.add_row(
-            *head, _share(row["accuracy"]), _share(row["contains_accuracy"]), human_bytes(row["kv_peak_bytes"]),
+            *head, _share(row["accuracy"]), _share(row["right_accuracy"]), *_counts(row.get("verdicts")),
+            human_bytes(row["kv_peak_bytes"]),
             human_bytes(row["peak_bytes"]), f"{row['prefill_tokens_per_s']:,.0f}",
             "-" if row["decode_tokens_per_s"] is None else f"{row['decode_tokens_per_s']:,.1f}",
             f"{row['time_to_first_token_s']:.2f} s", f"{100 * row['roofline_s'] / row['measured_s']:.1f}%",
@@ -53,19 +54,24 @@ def bench_table(result: BenchResult) -> Table:
 
 
 def kinds_table(result: BenchResult) -> Table | None:
-    """The kinds task's answers by kind of question (contains-match), one row per (length, policy); None when no row
+    """The kinds task's right answers by kind of question (`scoring.py`), one row per (length, policy); None when no row
     has them."""
-    from locret_cli.bench.kinds import KINDS
-
     rows = [row for row in result.rows if row.get("by_kind")]
     if not rows:
         return None
-    table = Table(title="right answers by kind of question (contains)", header_style="bold")
-    for name in ("tokens", "policy", *KINDS):
+    kinds = list(dict.fromkeys(kind for row in rows for kind in row["by_kind"]))
+    table = Table(title="right answers by kind of question", header_style="bold")
+    for name in ("task", "tokens", "policy", *kinds):
         table.add_column(name, justify="left" if name == "policy" else "right")
     for row in rows:
-        table.add_row(f"{row['length']:,}", row["policy"], *(_share(row["by_kind"].get(kind)) for kind in KINDS))
+        table.add_row(row["task"], f"{row['length']:,}", row["policy"],
+                      *(_share(row["by_kind"].get(kind)) for kind in kinds))
     return table
+
+
+def _counts(verdicts: dict | None) -> list[str]:
+    """The made-up and bound-wrong answers of a row, as counts."""
+    return ["n/a", "n/a"] if verdicts is None else [str(verdicts["made_up"]), str(verdicts["bound_wrong"])]
 
 
 def _share(value: float | None) -> str:

@@ -18,9 +18,9 @@ from dataclasses import asdict, dataclass, field, replace
 import torch
 import transformers
 
-from locret_cli.bench import haystack
+from locret_cli.bench import haystack, natural
 from locret_cli.bench.flops import matmul_rate, memory_rate
-from locret_cli.bench.tasks import TASKS, answer_tokens
+from locret_cli.bench.tasks import NATURAL, TASKS, answer_tokens
 from locret_cli.core.policies import POLICY_NAMES
 from locret_cli.core.settings import split_given
 from locret_cli.errors import LocretError, SettingError
@@ -29,11 +29,11 @@ from locret_cli.models.loading import resolve_device, resolve_dtype
 from locret_cli.models.spec import ModelSpec
 from locret_cli.runtime.dtype_probe import cpu_name
 
-ROW_FIELDS = ("task", "length", "policy", "accuracy", "contains_accuracy", "kv_peak_bytes", "peak_bytes",
+ROW_FIELDS = ("task", "length", "policy", "accuracy", "right_accuracy", "verdicts", "kv_peak_bytes", "peak_bytes",
               "prefill_tokens_per_s", "decode_tokens_per_s", "time_to_first_token_s", "skipped", "document_tokens",
               "questions", "flops", "measured_s", "roofline_s", "phases", "repeats", "settings", "by_depth",
               "by_kind")
-MEDIAN_FIELDS = ("accuracy", "contains_accuracy", "kv_peak_bytes", "peak_bytes", "prefill_tokens_per_s",
+MEDIAN_FIELDS = ("accuracy", "right_accuracy", "kv_peak_bytes", "peak_bytes", "prefill_tokens_per_s",
                  "decode_tokens_per_s", "time_to_first_token_s", "measured_s")
 
 
@@ -84,10 +84,12 @@ class BenchConfig:
             raise LocretError(f"unknown policy {', '.join(unknown) or '(none)'}; choose from {', '.join(POLICY_NAMES)}")
         bad_tasks = [t for t in self.tasks if t not in TASKS]
         if bad_tasks and not self.data:
-            raise SettingError("unknown task {bad}; choose needle, facts or niah, or pass {data} FILE",
+            raise SettingError("unknown task {bad}; choose " + ", ".join(TASKS) + ", or pass {data} FILE",
                                bad=", ".join(bad_tasks))
         if "niah" in self.tasks and not self.data:
             haystack.essays()  # without the package, its pip line now, not from every cell
+        for task in set(self.tasks) & set(NATURAL):
+            natural.load(NATURAL[task])  # a missing or other version of a source package: its pip line now
         if not self.lengths or min(self.lengths) < 64:
             raise SettingError("{lengths} must list token counts of at least 64, such as 4k,16k")
         if self.samples < 1 or self.repeat < 1:
@@ -123,7 +125,7 @@ def run_bench(config: BenchConfig, on_cell: Callable[[str, int, int], None] = la
     rate = matmul_rate(device, resolve_dtype(config.dtype, device))
     bandwidth = memory_rate(device)
     tasks, lengths = (["data"], [None]) if config.data else (config.tasks, config.lengths)
-    cells = [(t, n, p) for t in tasks for n in lengths for p in config.policies]
+    cells = [(t, n, p) for t in tasks for n in ([None] if t in NATURAL else lengths) for p in config.policies]
     rows, resolved = [], {}
     for index, (task, length, policy) in enumerate(cells):
         on_cell(f"{task} {length or ''} {policy}".replace("  ", " "), index, len(cells))
@@ -198,7 +200,7 @@ def summarise(task: str, length: int | None, policy: str, runs: list[dict], rate
     for name in MEDIAN_FIELDS:
         values = [r[name] for r in runs if r[name] is not None]
         row[name] = statistics.median(values) if values else None
-    for name in ("document_tokens", "questions", "flops"):
+    for name in ("document_tokens", "questions", "flops", "verdicts"):
         row[name] = runs[0][name]
     row["by_depth"], row["by_kind"] = runs[0].get("by_depth"), runs[0].get("by_kind")
     row["length"] = length if length is not None else row["document_tokens"]

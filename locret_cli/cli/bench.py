@@ -24,7 +24,7 @@ def bench(
     reader: option_groups.Reader = None,
     policies: Annotated[str, typer.Option(help="Comma-separated rows: a policy, optionally with settings (or a reader) of its own, as in locret:reread=0, locret:span=64:stabilizers=2048 or locret:reread=0:reader=off.")] = ",".join(POLICY_NAMES),
     lengths: Annotated[str, typer.Option(help="Context lengths in tokens; k = 1024.")] = "4k,16k",
-    tasks: Annotated[str, typer.Option(help="needle (pass key at depths 0-100%), facts, niah (the Paul Graham essays) and/or kinds (one question of each kind per document, in the essays).")] = "needle",
+    tasks: Annotated[str, typer.Option(help="needle (pass key at depths 0-100%), facts, niah (the Paul Graham essays), kinds (one question of each kind per document, in the essays) and/or natural (questions as users ask them over real documents of their own length; natural-validation: the half to tune on).")] = "needle",
     data: Annotated[Optional[str], typer.Option(help="Your own JSONL of context (text or a .pdf/.txt path), question, answer. Replaces --tasks and --lengths.")] = None,
     samples: Annotated[int, typer.Option(help="Documents per cell (needle depths are spread over them).")] = 3,
     repeat: Annotated[int, typer.Option(help="Runs per cell, each in a fresh process; figures are medians.")] = 1,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from locret_cli.api import load_session
 from locret_cli.api.saved_context import save_reading
-from locret_cli.bench.tasks import contains_match
+from locret_cli.bench.scoring import contains_match
 from locret_cli.inputs.documents import text_document
 from locret_cli.training.reader_trainer import ReaderConfig, ReaderTrainer, load_reader_records
 from recipes import prose

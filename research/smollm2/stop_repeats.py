@@ -16,7 +16,7 @@ from pathlib import Path
 
 from transformers import AutoTokenizer
 
-from locret_cli.bench.tasks import contains_match
+from locret_cli.bench.scoring import contains_match
 from locret_cli.core.engine import repeated_run
 from locret_cli.models.named import KNOWN, packaged_file
 
