@@ -170,7 +170,7 @@ def test_load_4bit_without_bitsandbytes(doc, llama_dir, monkeypatch):
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "bitsandbytes" else real(name, *a))
-    result = ask(doc, "q?", "--model", llama_dir, "--load-4bit")
+    result = ask(doc, "q?", "--model", llama_dir, "--load-4bit", "--policy", "full")
     assert result.exit_code == 1 and "needs bitsandbytes" in result.stderr
 
 

@@ -15,6 +15,7 @@ from locret_cli.bench.synthetic import filler_sentence, passkey_fact
 from locret_cli.core.settings import AnswerSettings, ReadSettings
 from locret_cli.core.sources import SourceMap
 from locret_cli.errors import LocretError
+from locret_cli.inputs.documents import text_document
 
 GATE = "The gate code of the north depot is 4821."
 QUESTIONS = ["What is the gate code of the north depot?", "What is the pass key?", "Who?"]
@@ -160,3 +161,14 @@ def test_paragraph_map_is_the_same_however_the_text_is_cut():
     assert list(zip(whole.first, whole.last)) == [(1, 1), (3, 4), (6, 45), (46, 51), (53, 53)]
     assert whole.labels()[:2] == ["line 1", "lines 3-4"]
     assert whole.unit_of(torch.tensor([0, 5, len(text) - 1])).tolist() == [0, 0, 4]
+
+
+def test_a_read_past_the_models_positions_warns_unless_compact_positions_keep_it_within_them(session):
+    trained = session.loaded.model.config.max_position_embeddings
+    text = "The gate code is 4821. " + "Words go by here. " * (trained // 3)
+    small = {"budget": 256, "chunk_size": 128, "stabilizers": 32}
+    full = load_session(policy="full").read(text_document(text), ReadSettings(**small))
+    assert full.document.tokens > trained
+    assert any(f"pass the {trained:,} positions" in w for w in full.warnings)
+    bounded = session.read(text_document(text), ReadSettings(**small))
+    assert not any("positions this model was trained on" in w for w in bounded.warnings)

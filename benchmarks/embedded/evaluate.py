@@ -150,14 +150,18 @@ def reading_ids(tokenizer, prefix: list[int], text: str | Document, chunk_size: 
 
 
 def spans_in(tokenizer, ids: list[int], facts) -> list[tuple[int, int]]:
-    """Each fact's statement as [first, last) indices of `ids`, found from its second token."""
+    """Each fact's statement as [first, last) indices of `ids`, found from its second token to its last, or to the
+    one before it where the text after the statement merges with its last token (".\n\n" in Qwen's vocabulary)."""
     spans = []
     for fact in facts:
-        needle = tokenizer.encode(" " + fact.statement)[1:]
-        at = next((j for j in range(len(ids) - len(needle) + 1) if ids[j:j + len(needle)] == needle), None)
-        if at is None:
+        encoded = tokenizer.encode(" " + fact.statement)[1:]
+        for needle in (encoded, encoded[:-1]):
+            at = next((j for j in range(len(ids) - len(needle) + 1) if ids[j:j + len(needle)] == needle), None)
+            if at is not None:
+                spans.append((at - 1, at + len(encoded)))
+                break
+        else:
             raise SystemExit(f"statement not found in the document's tokens: {fact.statement}")
-        spans.append((at - 1, at + len(needle)))
     return spans
 
 

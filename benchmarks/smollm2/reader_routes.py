@@ -14,9 +14,12 @@ and every question is asked of that one read under each configuration:
     unstated+reader   the same with `--fallback unstated`: the bounded cache answers too when the document does not
                       state the windows' answer in a sentence naming all the question names, and is shown if it
                       states the cache's answer (or holds it, where the windows' answer names nothing it holds)
+    words-route       --reread 1 --locate words, with no reader, whatever the model's recorded settings say
 
-Sets: `dev` (`evaluate.py`'s dev documents: pass keys, codes and people in prose of the dev packages) and `kinds`
-(`locret bench --tasks kinds`: one question of each kind per document, in the Paul Graham essays). Rows go to --out
+Sets: `dev` (`evaluate.py`'s dev documents: pass keys, codes and people in prose of the dev packages), `kinds`
+(`locret bench --tasks kinds`: one question of each kind per document, in the Paul Graham essays) and `natural` or
+`natural-validation` (`locret bench --tasks natural`'s halves; their documents have their own lengths, so
+--lengths names the rows only). Rows go to --out
 as each document finishes; a rerun skips the configurations a document has rows for (--configs picks some).
 
     python -m benchmarks.smollm2.reader_routes --out runs/reader-routes.jsonl --sets dev,kinds --lengths 32000 \\
@@ -35,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import time
 from collections import defaultdict
 from dataclasses import replace
@@ -42,7 +46,8 @@ from pathlib import Path
 
 from benchmarks.smollm2.fact_oracles import ORACLES, fact_oracle
 from locret_cli.api import Session, load_session
-from locret_cli.bench.tasks import Question, contains_match, kinds_samples
+from locret_cli.bench.scoring import contains_match
+from locret_cli.bench.tasks import NATURAL, Question, kinds_samples, natural_samples
 from locret_cli.core.measure import peak_memory
 from locret_cli.core.reader import ReaderAdapter
 from locret_cli.inputs.documents import text_document
@@ -54,7 +59,8 @@ CONFIGS = {  # name: (answer settings changed, with the reader)
     "one-read": ({"reread": 0}, False), "one-read+reader": ({"reread": 0}, True), "windows": ({}, False),
     "windows+reader": ({}, True), "two-hops+reader": ({"hops": 2}, True),
     "fallback+reader": ({"fallback": "unspecific"}, True),
-    "unstated+reader": ({"fallback": "unstated"}, True)}
+    "unstated+reader": ({"fallback": "unstated"}, True),
+    "words-route": ({"reread": 1, "locate": "words"}, False)}
 
 
 def dev_questions(length: int, count: int, packages: Path | None) -> list[tuple[object, list[Question], list[str]]]:
@@ -62,12 +68,18 @@ def dev_questions(length: int, count: int, packages: Path | None) -> list[tuple[
     from benchmarks.smollm2.evaluate import dev_documents
 
     paragraphs = prose.paragraphs(prose.DEV_PACKAGES, packages)
-    return [(text_document(d.text, f"dev-{length}-{i}"), [Question(f.question, f.answer, kind=f.kind) for f in d.facts],
-             [f.statement for f in d.facts]) for i, d in enumerate(dev_documents(paragraphs, length)[:count])]
+    return [(text_document(d.text, f"dev-{length}-{i}"), [Question(f.question, f.answer, kind=f.kind, candidates=tuple(
+        o.answer for o in d.facts if o.answer != f.answer)) for f in d.facts], [f.statement for f in d.facts])
+        for i, d in enumerate(dev_documents(paragraphs, length)[:count])]
 
 
 def kinds_questions(session: Session, length: int, count: int) -> list[tuple[object, list[Question], list[str]]]:
     return [(s.document, s.questions, []) for s in kinds_samples(session.loaded.tokenizer, length, count)]
+
+
+def natural_questions(split: str, count: int) -> list[tuple[object, list[Question], list[str]]]:
+    """The natural task's first `count` documents, with their questions of `split`; they have their own lengths."""
+    return [(s.document, s.questions, []) for s in natural_samples(split)[:count]]
 
 
 def run(session: Session, policy: str, sets: list[str], lengths: list[int], count: int, out: Path,
@@ -85,7 +97,11 @@ def run(session: Session, policy: str, sets: list[str], lengths: list[int], coun
         wanted |= {n.replace("+reader", "+candidate"): (c, candidate) for n, (c, r) in wanted.items() if r}
     for name in sets:
         for length in lengths:
-            docs = dev_questions(length, count, packages) if name == "dev" else kinds_questions(session, length, count)
+            if name.startswith("natural"):
+                docs = natural_questions(NATURAL[name], count)
+            else:
+                docs = dev_questions(length, count, packages) if name == "dev" else kinds_questions(session, length,
+                                                                                                   count)
             for index, (document, questions, statements) in enumerate(docs):
                 configs = {n: c for n, c in wanted.items() if (name, length, label, index, n) not in done}
                 if not configs:
@@ -102,11 +118,13 @@ def run(session: Session, policy: str, sets: list[str], lengths: list[int], coun
                                      "config": config, "kind": question.kind, "question": question.question,
                                      "expected": [question.answer, *question.parts], "answer": result.answer,
                                      "correct": question.contained_in(result.answer), "route": result.route,
+                                     "verdict": question.verdict(result.answer, reading.document_text()),
                                      "tokens": result.document.tokens, "read_s": reading.read_s,
                                      "time_to_first_token_s": result.time_to_first_token_s - reading.read_s,
                                      "peak_bytes": peak_memory(session.loaded.model.device)[0],
                                      "settings": {"budget": settings.budget, "chunk_size": settings.chunk_size,
-                                                  "span": settings.span, "lazy_after": settings.lazy_after},
+                                                  "stabilizers": settings.stabilizers, "span": settings.span,
+                                                  "lazy_after": settings.lazy_after},
                                      "finished_at": time.time()})
                 with out.open("a") as log:
                     log.writelines(json.dumps(row) + "\n" for row in rows)
@@ -118,10 +136,11 @@ def run(session: Session, policy: str, sets: list[str], lengths: list[int], coun
 
 
 def read_rows(path: Path) -> list[dict]:
-    """The rows of `path`, each scored again from its answer by today's `contains_match`."""
+    """The rows of `path`; rows without a verdict (written before scoring checked binding) are scored again from
+    their answer by `contains_match`."""
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
-    return [{**row, "correct": all(contains_match(row["answer"], value) for value in row["expected"])}
-            for row in rows]
+    return [{**row, "correct": row["verdict"] == "right" if "verdict" in row else all(
+        contains_match(row["answer"], value) for value in row["expected"])} for row in rows]
 
 
 def report(rows: list[dict]) -> str:
@@ -129,11 +148,15 @@ def report(rows: list[dict]) -> str:
     for row in rows:
         groups[(row["set"], row["length"], row["policy"], row["config"])].append(row)
     kinds = sorted({row["kind"] for row in rows})
-    lines = ["| set | tokens | policy | configuration | all | " + " | ".join(kinds) + " |",
-             "|---|---:|---|---|---:|" + "---:|" * len(kinds)]
+    lines = ["| set | tokens | policy | configuration | right | made up | bound wrong | read | peak RSS | "
+             + " | ".join(kinds) + " |", "|---|---:|---|---|---:|---:|---:|---:|---:|" + "---:|" * len(kinds)]
     for (name, length, policy, config), group in sorted(groups.items()):
         cells = [share([r for r in group if r["kind"] == kind]) for kind in kinds]
-        lines.append(f"| {name} | {length:,} | {policy} | {config} | {share(group)} | " + " | ".join(cells) + " |")
+        wrong = [sum(r.get("verdict") == v for r in group) for v in ("made_up", "bound_wrong")]
+        read = statistics.median(r["read_s"] for r in group)
+        peak = max(r["peak_bytes"] for r in group) / 2**30
+        lines.append(f"| {name} | {length:,} | {policy} | {config} | {share(group)} | {wrong[0]} | {wrong[1]} | "
+                     f"{read:.0f} s | {peak:.2f} GiB | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -158,6 +181,8 @@ def main() -> None:
     parser.add_argument("--candidate", help="a second reader directory, asked as `...+candidate` configurations")
     parser.add_argument("--heads", help="other heads, read with the shipped heads' recorded settings")
     parser.add_argument("--budget", type=int)
+    parser.add_argument("--chunk-size", type=int)
+    parser.add_argument("--stabilizers", type=int)
     parser.add_argument("--span", type=int, help="keep entries in blocks of this many tokens (--span)")
     parser.add_argument("--lazy-after", type=int, help="lazy prefill above this many layers (--lazy-after)")
     parser.add_argument("--prose-packages", type=Path, default=Path("runs/prose-packages"))
@@ -165,11 +190,13 @@ def main() -> None:
     parser.add_argument("--report", action="store_true")
     args = parser.parse_args()
     if not args.report:
-        session = load_session(args.model, device="cpu", dtype="bf16", reader=args.reader)
+        session = load_session(args.model, device="cpu", dtype="bf16", reader=args.reader,
+                               policy="locret" if args.oracle == "fact+heads" else args.policy)
         if args.heads:
             session = Session(session.loaded, load_heads(args.heads, session.loaded.model), session.policy,
                               session.reader)
-        given = (("budget", args.budget), ("span", args.span), ("lazy_after", args.lazy_after))
+        given = (("budget", args.budget), ("chunk_size", args.chunk_size), ("stabilizers", args.stabilizers),
+                 ("span", args.span), ("lazy_after", args.lazy_after))
         overrides = dict(given)  # read_settings ignores the ones not given (None)
         if args.oracle and args.sets != "dev":
             parser.error("--oracle needs the facts' sentences: --sets dev")

@@ -139,6 +139,7 @@ class Session:
             engine.read(chunks, on_progress)
         read_s = engine.clock() - started
         input_ids = torch.cat(read_ids) if read_ids else torch.zeros(0, dtype=torch.int32)
+        warnings += past_positions(model.config, policy, settings, len(input_ids))
         info = DocumentInfo(document.name, document.kind, len(input_ids) - len(prefix), document.pages,
                             document.sha256, document.size_bytes, read_s)
         return Reading(engine, tokenizer, self.loaded.name, prefix, source_map, info, read_s,
@@ -192,6 +193,16 @@ class Session:
             rotary_module(self.loaded.model))
         plan = plan_memory(self.loaded.model, entries, settings.chunk_size, hidden, keys_move, settings.kv_bits)
         check_fits(plan, "budget" if policy.evicts else None)
+
+
+def past_positions(config, policy: Policy, settings: ReadSettings, tokens: int) -> list[str]:
+    """A warning where the read numbers tokens past the positions the model was trained on: a cache that keeps
+    every entry, or original positions. Compact positions of an evicting policy stay within budget and chunk."""
+    trained = getattr(config.get_text_config(decoder=True), "max_position_embeddings", None)
+    if trained is None or tokens <= trained or (policy.evicts and settings.positions == "compact"):
+        return []
+    return [f"the document's {tokens:,} tokens pass the {trained:,} positions this model was trained on: answers "
+            f"from past them are unreliable; an evicting policy with compact positions stays within them"]
 
 
 def kept_ids(chunks: Iterable[TokenChunk], into: list[torch.Tensor]) -> Iterator[TokenChunk]:
@@ -248,6 +259,7 @@ def _loaded_session(spec: ModelSpec, heads_required: bool) -> Session:
         loaded, embedded_heads = load_embedded(spec.device, spec.dtype)
         return Session(loaded, load_heads(spec.heads, loaded.model) if spec.heads else embedded_heads, spec.policy,
                        chosen_reader(spec.reader, None, loaded.model))
+    _preflight(spec, heads_required)
     loaded = load_model(spec.model, spec.device, spec.dtype, spec.load_4bit, spec.trust_remote_code,
                         load_8bit=spec.load_8bit, max_memory=spec.max_memory)
     shipped = None if spec.heads else find_shipped(loaded.model)
@@ -258,6 +270,17 @@ def _loaded_session(spec: ModelSpec, heads_required: bool) -> Session:
         raise SettingError("the locret policy needs retaining heads for this model: pass {heads} DIR (train them "
                            "with `locret train`), or choose {policy} streaming or full")
     return Session(loaded, chosen, spec.policy, chosen_reader(spec.reader, shipped, loaded.model))
+
+
+def _preflight(spec: ModelSpec, heads_required: bool) -> None:
+    """Refusals that the model's files decide without its weights (`models/preflight.py`)."""
+    from locret_cli.models import named, preflight
+
+    source = named.resolve(spec.model)
+    if spec.heads:
+        preflight.check_heads_shape(spec.heads, source)
+    elif spec.policy == "locret" and heads_required:
+        preflight.require_shipped_heads(source)
 
 
 def chosen_reader(given: str | None, shipped, model) -> ReaderAdapter | None:

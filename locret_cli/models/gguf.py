@@ -18,6 +18,7 @@ from typing import BinaryIO
 
 import numpy
 
+from locret_cli.core.shape import ModelShape
 from locret_cli.errors import LocretError
 
 INSTALL_HINT = "pip install 'locret-cli[gguf]'"
@@ -37,23 +38,43 @@ def require_packages() -> None:
 
 
 def architecture(path: Path) -> str:
-    """The file's `general.architecture`, refusing a file that is missing or not GGUF. Only the header's key-value
-    pairs up to that key are read (converters write it first): `GGUFReader` would parse every field, the tokenizer's
-    vocabulary included, which took 3 s for SmolLM2's file."""
+    """The file's `general.architecture`, refusing a file that is missing or not GGUF."""
+    return header(path, ("general.architecture",))["general.architecture"]
+
+
+def shape(path: Path) -> ModelShape:
+    """The attention sizes the file's header records, for checks made before its weights load."""
+    sizes = ("block_count", "attention.head_count", "attention.head_count_kv", "embedding_length",
+             "attention.key_length")
+    arch = architecture(path)
+    found = header(path, ("general.architecture", *(f"{arch}.{s}" for s in sizes)), required=4)
+    layers, heads, kv_heads, hidden, key_length = (found.get(f"{arch}.{s}") for s in sizes)
+    return ModelShape(layers=layers, heads=heads, kv_heads=kv_heads or heads, head_dim=key_length or hidden // heads,
+                      hidden_size=hidden)
+
+
+def header(path: Path, keys: tuple[str, ...], required: int = 1) -> dict:
+    """The values of `keys` in the header, of which the first `required` must be there; refuses a file that is
+    missing or not GGUF. The pairs are read up to the last key wanted, the other values skipped unparsed:
+    `GGUFReader` would parse every field, the tokenizer's vocabulary included, which took 3 s for SmolLM2's file."""
     if not path.is_file():
         raise LocretError(f"no such GGUF file: {path}")
     require_packages()
     try:
         with path.open("rb") as f:
-            return _header_architecture(f)
+            found = _header_values(f, keys)
+        missing = [k for k in keys[:required] if k not in found]
+        if missing:
+            raise ValueError(f"its header has no {', '.join(missing)}")
+        return found
     except (ValueError, OSError, struct.error) as exc:
         reason = str(exc).splitlines()[0] if str(exc) else repr(exc)
         raise LocretError(f"{path} is not a readable GGUF file: {reason}") from None
 
 
-def _header_architecture(f: BinaryIO) -> str:
-    """`general.architecture` from an open GGUF file (magic, version, tensor count, key-value count, then the
-    pairs: key string, value type, value), skipping the values of the keys before it."""
+def _header_values(f: BinaryIO, keys: tuple[str, ...]) -> dict:
+    """`keys`' scalar and string values from an open GGUF file (magic, version, tensor count, key-value count, then
+    the pairs: key string, value type, value), skipping the other values."""
     from gguf import GGUF_MAGIC, GGUFValueType
 
     magic, version = struct.unpack("<II", f.read(8))
@@ -85,18 +106,29 @@ def _header_architecture(f: BinaryIO) -> str:
         else:
             f.seek(_scalar_size(kind), 1)
 
+    found: dict = {}
     for _ in range(pairs):
-        key, kind = text(), number("I")
-        if key == b"general.architecture" and kind == GGUFValueType.STRING:
-            return text().decode()
-        skip(kind)
-    raise ValueError("its header has no general.architecture")
+        key, kind = text().decode(errors="replace"), number("I")
+        if len(found) == len(keys):
+            break
+        if key in keys and kind == GGUFValueType.STRING:
+            found[key] = text().decode()
+        elif key in keys and kind not in (GGUFValueType.ARRAY, GGUFValueType.STRING):
+            dtype = numpy.dtype(_scalar_type(kind)).newbyteorder(order)
+            found[key] = numpy.frombuffer(f.read(dtype.itemsize), dtype=dtype)[0].item()
+        else:
+            skip(kind)
+    return found
+
+
+def _scalar_type(kind: int):
+    from gguf import GGUFReader, GGUFValueType
+
+    return GGUFReader.gguf_scalar_to_np[GGUFValueType(kind)]
 
 
 def _scalar_size(kind: int) -> int:
-    from gguf import GGUFReader, GGUFValueType
-
-    return numpy.dtype(GGUFReader.gguf_scalar_to_np[GGUFValueType(kind)]).itemsize
+    return numpy.dtype(_scalar_type(kind)).itemsize
 
 
 def check_supported(path: Path) -> str:

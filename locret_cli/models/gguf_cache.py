@@ -48,6 +48,15 @@ def copy_folder(path: Path, dtype: torch.dtype) -> Path | None:
     return root / "gguf" / f"{file_sha256(path)[:32]}-{str(dtype).removeprefix('torch.')}"
 
 
+def complete_copies(path: Path) -> list[Path]:
+    """`path`'s complete converted copies, in whatever dtype each was written."""
+    root = cache_root()
+    if root is None or not (root / "gguf").is_dir():
+        return []
+    stem = file_sha256(path)[:32]
+    return sorted(f for f in (root / "gguf").glob(f"{stem}-*") if (f / COMPLETE).is_file())
+
+
 def load(path: Path, dtype: torch.dtype, trust_remote_code: bool):
     """(model, tokenizer) of the GGUF file `path`: from its converted copy when there is one, else from the file,
     writing the copy for next time."""
