@@ -62,6 +62,7 @@ def test_a_fact_is_answered_and_cited_after_evictions(tmp_path):
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["document"]["tokens"] > 3 * 1024 and report["kv_cache"]["kept_tokens"] == 1024
+    assert report["route"] == "windows"  # the shipped route: the window the question's words locate, read again
     assert "4821" in report["answer"], report["answer"]
     cited = [source["lines"] for source in report["sources"]]
     assert any(first <= 185 - 129 <= last for first, last in cited), cited  # the paragraph that states it
@@ -79,3 +80,4 @@ def test_the_shipped_reader_answers_from_one_bounded_read(session, tmp_path):
     assert [r["route"] for r in reports] == ["bounded-cache", "bounded-cache"]
     assert reports[0]["reader"] == "shipped for smollm2-135m-instruct" and reports[1]["reader"] is None
     assert "4821" in reports[0]["answer"], reports[0]["answer"]
+    assert "4821" in reports[1]["answer"], reports[1]["answer"]  # at 5K tokens the heads keep it readable unaided

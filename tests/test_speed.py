@@ -108,7 +108,10 @@ def test_a_cpu_that_cannot_pack_bf16_packs_nothing_and_still_probes(monkeypatch,
         model = tiny_model("llama").to(torch.bfloat16)
         assert not packed_linear.packing_works() and pack_linears(model) == 0 and pack_if_room(model) == 0
         monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-        assert dtype_probe.measured_cpu_dtype().dtype in (torch.bfloat16, torch.float32)
+        choice = dtype_probe.measured_cpu_dtype()
+        timed = json.loads((tmp_path / "locret" / "dtype-probe.json").read_text())[dtype_probe.machine_key()]
+        assert set(timed) == {"bf16", "fp32"} and min(timed.values()) > 0  # both dtypes ran the probe
+        assert choice.dtype == (torch.bfloat16 if timed["bf16"] < timed["fp32"] else torch.float32)
     finally:
         packed_linear.packing_works.cache_clear()
 
@@ -150,6 +153,11 @@ def test_the_dtype_probe_picks_fp32_where_bf16_is_slow_and_survives_a_bad_cache(
     assert choice.dtype == torch.float32 and choice.reason.startswith("fp32: 4.0x faster than bf16")
 
 
-def test_the_probe_block_runs_in_both_dtypes():
-    assert dtype_probe.probe_seconds(torch.float32) > 0
-    assert dtype_probe.probe_seconds(torch.bfloat16) > 0
+def test_the_probe_block_runs_every_round_in_the_dtype_asked(monkeypatch):
+    seen = []
+    real = dtype_probe.ProbeBlock.forward
+    monkeypatch.setattr(dtype_probe.ProbeBlock, "forward", lambda self, x: seen.append(x.dtype) or real(self, x))
+    for dtype in (torch.float32, torch.bfloat16):
+        seen.clear()
+        dtype_probe.probe_seconds(dtype)
+        assert seen == [dtype] * (len(dtype_probe.ROUNDS) + sum(dtype_probe.ROUNDS.values()))
