@@ -70,7 +70,11 @@ def stored_values(model, name: str, tensor: torch.Tensor) -> torch.Tensor:
 
 def similarity(model, recorded: dict[str, list[float]]) -> float:
     """The lowest cosine between `model`'s samples and `recorded` ones, over the tensors both have (0.0 if none)."""
-    mine = weight_samples(model)
+    return samples_similarity(weight_samples(model), recorded)
+
+
+def samples_similarity(mine: dict[str, list[float]], recorded: dict[str, list[float]]) -> float:
+    """The lowest cosine between two sets of samples, over the tensors both have (0.0 if none)."""
     shared = [name for name in recorded if name in mine]
     if not shared:
         return 0.0

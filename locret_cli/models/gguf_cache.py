@@ -12,6 +12,7 @@ made again; a folder that cannot be written leaves loading as it was, without a 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shutil
@@ -33,6 +34,14 @@ def cache_root() -> Path | None:
 
 
 def file_sha256(path: Path) -> str:
+    """The file's SHA-256, hashed once per process for the same size and modification time: the check before a
+    load and the load itself both name the converted copy by it."""
+    stat = path.stat()
+    return _sha256(str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=8)
+def _sha256(path: str, size: int, modified: int) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):

@@ -74,6 +74,13 @@ def _check_identity(directory: Path, identity: dict, model) -> None:
         )
 
 
+def other_shape(directory, saved: ModelShape, shape: ModelShape) -> LocretError:
+    """The refusal of heads in `directory`, saved for the shape `saved`, by a model of `shape`."""
+    diffs = ", ".join(f"{k} {v} (model has {getattr(shape, k)})" for k, v in asdict(saved).items()
+                      if getattr(shape, k) != v)
+    return LocretError(f"heads in {directory} were trained for another model shape: {diffs}")
+
+
 def _load_ours(directory: Path, shape: ModelShape, model) -> RetainingHeads:
     try:
         meta = json.loads((directory / HEADS_CONFIG).read_text())
@@ -85,10 +92,7 @@ def _load_ours(directory: Path, shape: ModelShape, model) -> RetainingHeads:
     if saved == shape and meta.get("model_identity"):
         _check_identity(directory, meta["model_identity"], model)
     if saved != shape:
-        diffs = ", ".join(
-            f"{k} {v} (model has {getattr(shape, k)})" for k, v in asdict(saved).items() if getattr(shape, k) != v
-        )
-        raise LocretError(f"heads in {directory} were trained for another model shape: {diffs}")
+        raise other_shape(directory, saved, shape)
     heads = RetainingHeads(shape, meta["hidden"], meta["activation"])
     weights = directory / HEADS_WEIGHTS
     if not weights.exists():

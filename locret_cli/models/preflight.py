@@ -10,13 +10,12 @@ is left to the loaded model, as before.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
 from pathlib import Path
 
-from locret_cli.core.identity import SAME_MODEL, sample_index, sampled_tensors
+from locret_cli.core.identity import SAME_MODEL, sample_index, samples_similarity, sampled_tensors
 from locret_cli.core.shape import ModelShape
 from locret_cli.errors import LocretError, SettingError
-from locret_cli.models.heads_files import HEADS_CONFIG
+from locret_cli.models.heads_files import HEADS_CONFIG, other_shape
 from locret_cli.models import shipped
 
 
@@ -72,15 +71,6 @@ def samples_of(folder: Path, shape: ModelShape) -> dict[str, list[float]]:
     return found
 
 
-def _similar(mine: dict[str, list[float]], recorded: dict[str, list[float]]) -> float:
-    import torch
-
-    shared = [name for name in recorded if name in mine]
-    cosines = [float(torch.nn.functional.cosine_similarity(torch.tensor(mine[n]), torch.tensor(recorded[n]), dim=0))
-               for n in shared]
-    return min(cosines) if cosines else 0.0
-
-
 def require_shipped_heads(source: str, root: Path | None = None) -> None:
     """Refuse, before loading, a model that no heads shipped under `root` can fit: none of its shape, or (where its
     weights can be sampled from disk) none recorded for its weights."""
@@ -93,7 +83,7 @@ def require_shipped_heads(source: str, root: Path | None = None) -> None:
     folder = _checkpoint_folder(source) if same_shape else None
     if folder is not None:
         mine = samples_of(folder, shape)
-        same_shape = [r for r in same_shape if _similar(mine, r.get("weight_samples", {})) >= SAME_MODEL]
+        same_shape = [r for r in same_shape if samples_similarity(mine, r.get("weight_samples", {})) >= SAME_MODEL]
     if not same_shape:
         raise SettingError("the locret policy needs retaining heads for this model, and none ship for it: pass "
                            "{heads} DIR (train them with `locret train`), or choose {policy} streaming or full")
@@ -110,6 +100,4 @@ def check_heads_shape(heads: str, source: str) -> None:
     except (ValueError, KeyError, TypeError):
         return  # load_heads names what is wrong with the file
     if recorded != shape:
-        diffs = ", ".join(f"{k} {v} (model has {getattr(shape, k)})" for k, v in asdict(recorded).items()
-                          if getattr(shape, k) != v)
-        raise LocretError(f"heads in {heads} were trained for another model shape: {diffs}")
+        raise other_shape(heads, recorded, shape)
