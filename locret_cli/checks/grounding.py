@@ -218,7 +218,8 @@ def ground(question: str, answer: str, text: DocumentText, cut: bool = False) ->
     answer_words = words(SPECIAL.sub(" ", answer))
     yes = polarity(answer_words) if is_polar(question_words) else None
     if yes is not None:  # the yes or no is the answer's stance, not content to look up
-        answer = answer.lstrip()[len(WORD.match(answer.lstrip())[0]):] if WORD.match(answer.lstrip()) else answer
+        answer = SPECIAL.sub(" ", answer)
+        answer = answer[WORD.search(answer).end():]
     spans = [claim_span(claims, yes, text)] if yes is not None else []
     runs = specific_runs(answer, question)
     for run in runs:
