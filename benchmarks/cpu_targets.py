@@ -82,7 +82,10 @@ def main() -> None:
             ("decode in steady state, int8 (`decode_step.py`)", decode_steps_row(finished(out, "decode-steps"))),
             ("SmolLM2's 128K read of the handbook", read_row(finished(out, "read", ("out", "err")))),
             ("the embedded Quick start", timed_row(finished(out, "quick-start"))),
-            ("the same question, `--model smollm2`", timed_row(finished(out, "quick-start-smollm2")))]
+            ("the same question, `--model smollm2`", timed_row(finished(out, "quick-start-smollm2"))),
+            *bench_rows(finished(out, "bench-qwen0.5b"), "Qwen2.5 0.5B shape, budget 4,096, chunk 1,024"),
+            *bench_rows(finished(out, "bench-qwen1.5b"), "Qwen2.5 1.5B shape, budget 4,096, chunk 1,024"),
+            ("Qwen2.5-Coder-0.5B's 128K read of the handbook", read_row(finished(out, "read-qwen0.5b", ("out", "err"))))]
     print(f"{cpu_name(out)}\n\n| what | measured |\n|---|---|")
     for what, measured in rows:
         print(f"| {what} | {measured} |")

