@@ -79,14 +79,14 @@ def drafted(reading, answer: str, strict: bool = True):
 ])
 def test_a_garbled_fixed_form_answer_is_restated_only_when_its_value_is_in_the_document(
         embedded_reading, said, shown, restated_from, withheld):
-    checked = check_answer(embedded_reading, GATE, drafted(embedded_reading, said), sources=0)
+    checked = check_answer(embedded_reading.view(), GATE, drafted(embedded_reading, said), sources=0)
     assert (checked.answer, checked.restated_from, checked.withheld) == (shown, restated_from, withheld)
     assert checked.grounding.grounded == (withheld is None)
 
 
 def test_a_model_without_fixed_forms_is_never_restated(embedded_reading):
     general = replace(embedded_reading, forms=None)
-    checked = check_answer(general, GATE, drafted(general, "The gate codes north depot is 4821.", strict=False),
+    checked = check_answer(general.view(), GATE, drafted(general, "The gate codes north depot is 4821.", strict=False),
                            sources=0)
     assert checked.answer == "The gate codes north depot is 4821." and checked.restated_from is None
     assert not checked.grounding.grounded
@@ -104,7 +104,7 @@ def test_the_bounded_cache_answers_too_where_the_windows_answer_holds_up_less_th
     session, path = session_and_path
     checked = []
 
-    def holds(reading, question, drafted):  # 0: names nothing the document holds; 1: holds it; 2: states it
+    def holds(document, question, drafted):  # 0: names nothing the document holds; 1: holds it; 2: states it
         checked.append(drafted.route)
         return windows_level if drafted.route == "windows" else cache_level
 

@@ -12,15 +12,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from locret_cli.api.routes import Drafted, ReadDocument
 from locret_cli.checks.grounding import REFUSAL, Grounding, ground
 from locret_cli.core.sources import Source, answer_first
 from locret_cli.models.loading import QuestionForms
-
-if TYPE_CHECKING:
-    from locret_cli.api.reading import Reading
-    from locret_cli.api.routes import Drafted
 
 
 @dataclass
@@ -35,13 +31,13 @@ class Checked:
     restated_from: str | None = None
 
 
-def check_answer(reading: Reading, question: str, drafted: Drafted, sources: int) -> Checked:
-    """`drafted`'s answer to `question`, grounded in `reading`'s text (when its tokens are at hand), restated or
+def check_answer(document: ReadDocument, question: str, drafted: Drafted, sources: int) -> Checked:
+    """`drafted`'s answer to `question`, grounded in the document's text (when its tokens are at hand), restated or
     withheld as the model's forms and strict mode say, with its sources ordered (`sources` > 0) or None."""
-    generation, answering, forms = drafted.generation, drafted.engine.answering, reading.forms
-    answer = reading.tokenizer.decode(generation.token_ids, skip_special_tokens=True).strip()
+    generation, answering, forms = drafted.generation, drafted.engine.answering, document.forms
+    answer = document.tokenizer.decode(generation.token_ids, skip_special_tokens=True).strip()
     cut = len(generation.token_ids) >= answering.max_new_tokens
-    text = reading.document_text() if reading.input_ids is not None else None
+    text = document.text() if document.input_ids is not None else None
     grounding = ground(question, answer, text, cut) if text is not None else None
     restated_from = withheld = None
     if grounding is not None and not grounding.grounded and forms is not None:
@@ -55,7 +51,7 @@ def check_answer(reading: Reading, question: str, drafted: Drafted, sources: int
     if answer == REFUSAL or (forms and forms.says_not_stated(answer)):
         cited = None
     elif cited and grounding is not None:
-        cited = answer_first(cited, grounding.units(), reading.source_map, sources)
+        cited = answer_first(cited, grounding.units(), document.source_map, sources)
     shown = cited if cited is not None else [] if sources > 0 else None
     return Checked(answer, shown, grounding, withheld, restated_from)
 

@@ -25,7 +25,7 @@ import torch
 from locret_cli.api.answer import AskResult, DocumentInfo
 from locret_cli.api.answer_checks import Checked, check_answer
 from locret_cli.api.pending_read import PendingRead, sized
-from locret_cli.api.routes import Drafted, Turn, route_for
+from locret_cli.api.routes import Drafted, ReadDocument, Turn, route_for
 from locret_cli.checks.grounding import DocumentText
 from locret_cli.core.citations import kept_per_unit
 from locret_cli.core.document_numbers import DocumentNumbers, NumberTokens
@@ -123,8 +123,14 @@ class Reading:
         if chosen.numbers_from_document and self.engine.numbers is None and self.input_ids is not None:
             self.engine.numbers = DocumentNumbers.of(self.document_text().where, NumberTokens.of(self.tokenizer))
         turn = Turn(question, conversation_ids(self.tokenizer, history, question), chosen, sources, on_token, on_read)
-        drafted = route_for(chosen).answer(self, turn)
-        return self._result(turn, drafted, check_answer(self, question, drafted, sources))
+        document = self.view()
+        drafted = route_for(chosen).answer(document, turn)
+        return self._result(turn, drafted, check_answer(document, question, drafted, sources))
+
+    def view(self) -> ReadDocument:
+        """What the routes and the answer's checks see of this reading."""
+        return ReadDocument(self.engine, self.tokenizer, self.input_ids, self.source_map, self.forms,
+                            self.document_text, self.read_now)
 
     def _result(self, turn: Turn, drafted: Drafted, checked: Checked) -> AskResult:
         generation, engine = drafted.generation, drafted.engine

@@ -18,18 +18,34 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
+
+import torch
 
 from locret_cli.api.windows import Window, answer_from_windows
-from locret_cli.checks.grounding import ground
+from locret_cli.checks.grounding import DocumentText, ground
 from locret_cli.core.citations import AttentionTally
 from locret_cli.core.engine import Engine, Generation, Progress
 from locret_cli.core.settings import AnswerSettings
-from locret_cli.core.sources import Source
+from locret_cli.core.sources import Source, SourceMap
 from locret_cli.errors import SettingError
+from locret_cli.models.loading import QuestionForms
 
-if TYPE_CHECKING:
-    from locret_cli.api.reading import Reading
+
+@dataclass(frozen=True)
+class ReadDocument:
+    """What a route and the answer's checks see of a read document (`Reading.view`): the engine holding its bounded
+    cache, whose read may still be pending; the tokenizer; every token read (None for a context saved without them)
+    and where each came from; the model's question forms; the document's text (built once, on the first call); and
+    `read_now`, which runs a pending bounded read, reporting to its callback."""
+
+    engine: Engine
+    tokenizer: object
+    input_ids: torch.Tensor | None
+    source_map: SourceMap
+    forms: QuestionForms | None
+    text: Callable[[], DocumentText]
+    read_now: Callable[[Callable[[Progress], None] | None], None]
 
 
 @dataclass
@@ -60,11 +76,11 @@ class Drafted:
 
 
 class Route:
-    """How an answer is made from a Reading."""
+    """How an answer is made from a read document."""
 
     name: ClassVar[str]
 
-    def answer(self, reading: Reading, turn: Turn) -> Drafted:
+    def answer(self, document: ReadDocument, turn: Turn) -> Drafted:
         raise NotImplementedError
 
 
@@ -74,12 +90,12 @@ class BoundedCache(Route):
 
     name = "bounded-cache"
 
-    def answer(self, reading: Reading, turn: Turn) -> Drafted:
-        reading.read_now(turn.on_read)
-        engine = reading.engine.fork(turn.answering)
-        tally = AttentionTally(len(engine.cache.layers), reading.engine.kept_tokens) if turn.sources > 0 else None
+    def answer(self, document: ReadDocument, turn: Turn) -> Drafted:
+        document.read_now(turn.on_read)
+        engine = document.engine.fork(turn.answering)
+        tally = AttentionTally(len(engine.cache.layers), document.engine.kept_tokens) if turn.sources > 0 else None
         generation = engine.answer(turn.question_ids, on_token=turn.on_token, tally=tally)
-        cited = tally.sources(reading.engine.cache, engine.cache, reading.source_map, turn.sources) if tally else None
+        cited = tally.sources(document.engine.cache, engine.cache, document.source_map, turn.sources) if tally else None
         return Drafted(generation, engine, cited, None, 0, self.name)
 
 
@@ -89,26 +105,26 @@ class LocatedWindows(Route):
 
     name = "windows"
 
-    def answer(self, reading: Reading, turn: Turn) -> Drafted:
-        if reading.input_ids is None:
+    def answer(self, document: ReadDocument, turn: Turn) -> Drafted:
+        if document.input_ids is None:
             raise SettingError("{reread} needs the document's tokens, which this context was saved without: read the "
                                "document again")
         if turn.answering.locate != "words":
-            reading.read_now(turn.on_read)
+            document.read_now(turn.on_read)
         wanted = FALLBACK_LEVELS.get(turn.answering.fallback, 0)  # how well the windows' answer must hold up
         checks = wanted > 0
-        second = answer_from_windows(reading.engine, reading.tokenizer, reading.input_ids, reading.source_map,
+        second = answer_from_windows(document.engine, document.tokenizer, document.input_ids, document.source_map,
                                      turn.question, turn.question_ids, turn.answering, turn.sources,
                                      None if checks else turn.on_token)
         if second is None:
-            return BoundedCache().answer(reading, turn)
+            return BoundedCache().answer(document, turn)
         second.generation.time_to_first_token_s += second.extra_s
         drafted = Drafted(second.generation, second.engine, second.sources, second.windows,
                           second.engine.document_tokens, self.name)
-        held = how_document_holds(reading, turn.question, drafted) if checks else 0
+        held = how_document_holds(document, turn.question, drafted) if checks else 0
         if held < wanted:
-            cached = BoundedCache().answer(reading, replace(turn, on_token=None))
-            if how_document_holds(reading, turn.question, cached) > held:
+            cached = BoundedCache().answer(document, replace(turn, on_token=None))
+            if how_document_holds(document, turn.question, cached) > held:
                 spent = second.generation.time_to_first_token_s + second.generation.decode_s
                 cached.generation.time_to_first_token_s += spent
                 cached.windows, cached.tokens_read = drafted.windows, drafted.tokens_read
@@ -122,11 +138,11 @@ class LocatedWindows(Route):
 FALLBACK_LEVELS = {"unspecific": 1, "unstated": 2}  # `--fallback`: the level below which the bounded cache answers too
 
 
-def how_document_holds(reading: Reading, question: str, drafted: Drafted) -> int:
+def how_document_holds(document: ReadDocument, question: str, drafted: Drafted) -> int:
     """2 where `drafted`'s answer is stated in the document (its specific content in a sentence naming all that the
     question names), 1 where the document holds that content near what the question names, else 0."""
-    answer = reading.tokenizer.decode(drafted.generation.token_ids, skip_special_tokens=True)
-    return ground(question, answer, reading.document_text()).level
+    answer = document.tokenizer.decode(drafted.generation.token_ids, skip_special_tokens=True)
+    return ground(question, answer, document.text()).level
 
 
 ROUTES: dict[str, type[Route]] = {route.name: route for route in (BoundedCache, LocatedWindows)}

@@ -37,10 +37,9 @@ import copy
 
 import torch
 
-from locret_cli.core.cache_layer import FIELDS, UNROTATED, ScoredLayer
-from locret_cli.core.kv_quant import encode
+from locret_cli.core.cache_layer import FIELDS, UNROTATED, CacheState, ScoredLayer
 from locret_cli.core.profile_marks import REROTATE, SELECT, mark
-from locret_cli.core.rope import AngleTable, rotate
+from locret_cli.core.rope import rotate
 from locret_cli.core.transformers_internals import Cache
 
 __all__ = ["FIELDS", "UNROTATED", "LocretCache", "ScoredLayer"]
@@ -57,22 +56,42 @@ class LocretCache(Cache):
         # fixed for the cache's life (forks copy them): the layers that slide, and the one whose length is `length()`
         self.sliding = [i for i, w in enumerate(windows) if w is not None]
         self.counted = next((i for i, w in enumerate(windows) if w is None), 0)
-        super().__init__(layers=[ScoredLayer(self, w, reserved if w is None or not reserved else
+        self.state = CacheState(kv_bits, step)
+        super().__init__(layers=[ScoredLayer(self.state, w, reserved if w is None or not reserved else
                                              w - 1 + max(0, reserved - budget)) for w in windows])
-        self.kv_bits = kv_bits  # 16: keys and values as the model makes them; 8 or 4: quantized (`kv_quant.py`)
-        self.dtype: torch.dtype | None = None  # what quantized keys and values are read back in: the model's
-        self.step = step  # past the reservation, buffers grow by at least this many entries (a chunk)
-        self.frequencies: torch.Tensor | None = None  # inverse frequencies the global layers' keys are rotated with
-        self.window_frequencies: torch.Tensor | None = None  # the sliding layers' (Gemma 3 has a set of their own)
-        self.angles, self.window_angles = AngleTable(), AngleTable()  # cos and sin of the positions keys move to
         self.peak_tokens = 0
         self.peak_bytes = 0
         self.peak_kind_bytes: dict[str, int] = {}  # the peak of the global layers' bytes, and of the sliding ones'
 
-    def encoded(self, name: str, values: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Field `name`'s `values` as stored: quantized when this cache holds it in 8 or 4 bits and they are not
-        codes already (gathered, or loaded from a file; scales pass through `encode` as they are)."""
-        return encode(name, values, self.kv_bits) if values.is_floating_point() else {name: values}
+    kv_bits = property(lambda self: self.state.kv_bits, doc="Bits per cached key and value (`CacheState`).")
+    angles = property(lambda self: self.state.angles, doc="Cos and sin of the positions global layers' keys move to.")
+
+    @property
+    def dtype(self) -> torch.dtype | None:
+        """What quantized keys and values are read back in: the model's, once the first entries came."""
+        return self.state.dtype
+
+    @dtype.setter
+    def dtype(self, dtype: torch.dtype) -> None:
+        self.state.dtype = dtype
+
+    @property
+    def frequencies(self) -> torch.Tensor | None:
+        """The inverse frequencies the global layers' keys are rotated with."""
+        return self.state.frequencies
+
+    @frequencies.setter
+    def frequencies(self, frequencies: torch.Tensor) -> None:
+        self.state.frequencies = frequencies
+
+    @property
+    def window_frequencies(self) -> torch.Tensor | None:
+        """The sliding layers' inverse frequencies, where they have their own (Gemma 3)."""
+        return self.state.window_frequencies
+
+    @window_frequencies.setter
+    def window_frequencies(self, frequencies: torch.Tensor) -> None:
+        self.state.window_frequencies = frequencies
 
     def reserve(self, more: int) -> None:
         """Make room in every layer for `more` entries per head past those it holds, before they come, so appending
@@ -98,10 +117,10 @@ class LocretCache(Cache):
     def fork(self) -> LocretCache:
         """A cache that starts as this one and shares its buffers (see the module docstring)."""
         clone = copy.copy(self)
-        clone.layers = []
+        clone.layers, clone.state = [], copy.copy(self.state)
         for layer in self.layers:
             twin = copy.copy(layer)
-            twin.cache = clone
+            twin.state = clone.state
             if layer.buffers is not None:
                 layer.buffers.shared = max(layer.buffers.shared, layer.length)
             clone.layers.append(twin)

@@ -1,24 +1,39 @@
-"""One decoder layer's cached entries (`ScoredLayer`), as views of its preallocated buffers; `cache.py` says what
-each field holds, how forks share buffers, and how sliding layers keep their window."""
+"""One decoder layer's cached entries (`ScoredLayer`), as views of its preallocated buffers, and what the layers of
+one cache share (`CacheState`); `cache.py` says what each field holds, how forks share buffers, and how sliding
+layers keep their window."""
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 import torch
 
 from locret_cli.core.cache_buffers import Buffers
-from locret_cli.core.kv_quant import decode, parts
+from locret_cli.core.kv_quant import decode, encode, parts
 from locret_cli.core.profile_marks import CACHE_UPDATE, REROTATE, mark
-from locret_cli.core.rope import rotate
+from locret_cli.core.rope import AngleTable, rotate
 from locret_cli.core.transformers_internals import CacheLayerMixin
 from locret_cli.errors import LocretError
 
-if TYPE_CHECKING:
-    from locret_cli.core.cache import LocretCache
-
 FIELDS = ("keys", "values", "scores", "positions", "origins")  # every entry's; a saved context holds these
 UNROTATED = "unrotated"  # added once keys first move
+
+
+class CacheState:
+    """What the layers of one cache share: how entries are stored (`kv_bits`: 16 as the model makes them, 8 or 4
+    quantized by `kv_quant.py`; `dtype`, what quantized ones are read back in), how far buffers grow past their
+    reservation (`step`, a chunk), and the rotations keys are turned with. Each fork of a cache has its own copy (a
+    fork may switch frequencies), which also marks the buffer tails that fork owns."""
+
+    def __init__(self, kv_bits: int = 16, step: int = 256):
+        self.kv_bits, self.step = kv_bits, step
+        self.dtype: torch.dtype | None = None
+        self.frequencies: torch.Tensor | None = None  # inverse frequencies the global layers' keys are rotated with
+        self.window_frequencies: torch.Tensor | None = None  # the sliding layers' (Gemma 3 has a set of their own)
+        self.angles, self.window_angles = AngleTable(), AngleTable()  # cos and sin of the positions keys move to
+
+    def encoded(self, name: str, values: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Field `name`'s `values` as stored: quantized when the cache holds it in 8 or 4 bits and they are not
+        codes already (gathered, or loaded from a file; scales pass through `encode` as they are)."""
+        return encode(name, values, self.kv_bits) if values.is_floating_point() else {name: values}
 
 
 def _entries(name: str) -> property:
@@ -35,9 +50,9 @@ class ScoredLayer(CacheLayerMixin):
     is_compileable = False
     keys, values, scores, positions, origins, unrotated = (_entries(name) for name in (*FIELDS, UNROTATED))
 
-    def __init__(self, cache: LocretCache, window: int | None = None, reserved: int = 0):
+    def __init__(self, state: CacheState, window: int | None = None, reserved: int = 0):
         # CacheLayerMixin.__init__ would assign keys and values
-        self.cache, self.buffers, self.length, self.is_initialized = cache, None, 0, False
+        self.state, self.buffers, self.length, self.is_initialized = state, None, 0, False
         self.window = window  # a sliding layer's window (it holds the last window - 1 entries), else None
         self.reserved = reserved  # entries its buffers may grow to before they are needed
         self.anchored = 0  # the first `anchored` entries have their unrotated key
@@ -50,7 +65,7 @@ class ScoredLayer(CacheLayerMixin):
     @property
     def frequencies(self) -> torch.Tensor | None:
         """The inverse frequencies this layer's keys are rotated with (sliding layers may have their own)."""
-        return self.cache.window_frequencies if self.is_sliding else self.cache.frequencies
+        return self.state.window_frequencies if self.is_sliding else self.state.frequencies
 
     def tensors(self) -> dict[str, torch.Tensor]:
         """Every per-entry tensor as stored, by name (a quantized field's parts apart; empty before the first
@@ -60,9 +75,9 @@ class ScoredLayer(CacheLayerMixin):
 
     def field(self, name: str, start: int = 0) -> torch.Tensor:
         """Field `name` of entries start.. (B, kv_heads, n - start[, head_dim]): a view, or dequantized."""
-        bits = self.cache.kv_bits
+        bits = self.state.kv_bits
         stored = {part: self.buffers.tensors[part].narrow(2, start, self.length - start) for part in parts(name, bits)}
-        return decode(name, stored, bits, self.cache.dtype)
+        return decode(name, stored, bits, self.state.dtype)
 
     def unrotated_keys(self, frequencies: torch.Tensor) -> torch.Tensor:
         """Give every entry its unrotated key, turning back those appended since the last call with `frequencies`
@@ -95,8 +110,8 @@ class ScoredLayer(CacheLayerMixin):
         with mark(CACHE_UPDATE):
             new = key_states.shape[2]
             scores, self.staged_scores = self.staged_scores, None
-            self.cache.dtype = key_states.dtype
-            stored = {**self.cache.encoded("keys", key_states), **self.cache.encoded("values", value_states)}
+            self.state.dtype = key_states.dtype
+            stored = {**self.state.encoded("keys", key_states), **self.state.encoded("values", value_states)}
             if self.buffers is None:
                 self.is_initialized = True
                 self.buffers = Buffers.allocate(self._first_entries(stored, scores), self.room_for(new, 0))
@@ -136,14 +151,14 @@ class ScoredLayer(CacheLayerMixin):
             self.unrotated_keys(self.frequencies)
         names = set(self.buffers.tensors)
         if moved_to is not None:  # the keys are made again from the unrotated ones, and the positions are given
-            names -= {*parts("keys", self.cache.kv_bits), "positions"}
+            names -= {*parts("keys", self.state.kv_bits), "positions"}
         gathered = self._gathered(keep, names)
         if moved_to is not None:
             gathered["positions"] = moved_to.to(self.positions)
             with mark(REROTATE):
                 cos, sin = self._angles(gathered["positions"], self.frequencies)
-                unrotated = decode(UNROTATED, gathered, self.cache.kv_bits, self.cache.dtype)
-                gathered.update(self.cache.encoded("keys", rotate(unrotated, cos, sin)))
+                unrotated = decode(UNROTATED, gathered, self.state.kv_bits, self.state.dtype)
+                gathered.update(self.state.encoded("keys", rotate(unrotated, cos, sin)))
         self.length = keep.shape[-1]
         self.anchored = min(self.anchored, self.length)
         self._write(gathered)
@@ -166,14 +181,14 @@ class ScoredLayer(CacheLayerMixin):
 
     def room_for(self, needed: int, capacity: int) -> int:
         """The capacity to allocate for `needed` entries, growing from `capacity`: within the reservation, twice what
-        is needed but never past it; beyond it (a policy that never evicts), one chunk (`cache.step`) more, so a full
+        is needed but never past it; beyond it (a policy that never evicts), one chunk (`state.step`) more, so a full
         cache holds at most one chunk of room it does not use."""
         if needed <= self.reserved:
             return max(needed, capacity, min(self.reserved, 2 * needed))
-        return max(needed, capacity + self.cache.step)
+        return max(needed, capacity + self.state.step)
 
     def _angles(self, positions: torch.Tensor, frequencies: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return (self.cache.window_angles if self.is_sliding else self.cache.angles)(positions, frequencies)
+        return (self.state.window_angles if self.is_sliding else self.state.angles)(positions, frequencies)
 
     def set(self, name: str, tensor: torch.Tensor) -> None:
         """Replace one field of every entry (scores rescored, keys re-rotated, positions renumbered)."""
@@ -185,7 +200,7 @@ class ScoredLayer(CacheLayerMixin):
         if self.buffers.shared > 0:
             self._private_copy(self.buffers.capacity)
         for name, t in tensors.items():
-            for part, stored in self.cache.encoded(name, t).items():
+            for part, stored in self.state.encoded(name, t).items():
                 if part not in self.buffers.tensors:
                     self.buffers.add(part, stored)
                 self.buffers.tensors[part].narrow(2, start, stored.shape[2]).copy_(stored)
@@ -193,17 +208,17 @@ class ScoredLayer(CacheLayerMixin):
     def _own_tail(self, needed: int) -> None:
         """Make this cache the one that may write entries length..needed-1, growing or copying if it must."""
         buffers = self.buffers
-        if buffers.tail_owner is not self.cache and self.length > buffers.shared:
+        if buffers.tail_owner is not self.state and self.length > buffers.shared:
             raise LocretError("this cache's last entries were overwritten by another fork of the same reading; "
                               "fork the reading again")
         if self.length < buffers.shared or needed > buffers.capacity:
             self._private_copy(self.room_for(needed, buffers.capacity))
-        self.buffers.tail_owner = self.cache
+        self.buffers.tail_owner = self.state
 
     def _private_copy(self, capacity: int) -> None:
         """Move this layer's entries into buffers of its own, `capacity` long."""
         current = self.tensors()
         self.buffers = Buffers.allocate(current, capacity)
-        self.buffers.tail_owner = self.cache
+        self.buffers.tail_owner = self.state
         for name, t in current.items():
             self.buffers.tensors[name][:, :, : self.length] = t
