@@ -14,7 +14,7 @@ import json
 import sys
 
 from locret_cli.bench.output import write_heatmap
-from locret_cli.bench.runner import BenchResult
+from locret_cli.bench.suite import BenchResult
 
 
 def mib(n: int | None) -> str:

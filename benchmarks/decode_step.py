@@ -1,6 +1,6 @@
-"""Decode speed with locret's own decode step (`core/decode_step.py`) against transformers' forward, the own step
+"""Decode speed with locret's own decode step (`core/answer/decode_step.py`) against transformers' forward, the own step
 with locret's attention kernel (`runtime/native_attention.py`, where it is built), and the step compiled whole
-(`core/compiled_step.py`, `--compile-decode`) with and without the kernel, side by side in one process: the same
+(`core/answer/compiled_step.py`, `--compile-decode`) with and without the kernel, side by side in one process: the same
 read, forked, answered in turn by each, several rounds (the first, which compiles, left out).
 
     python benchmarks/decode_step.py --budget 1024 --budget 4096            # SmolLM2-135M shape, bf16
@@ -18,12 +18,12 @@ import time
 
 import torch
 
-from locret_cli.core.cache_attention import use_attention_kernel
-from locret_cli.core.compiled_step import CompiledStep
-from locret_cli.core.decode_step import DecodeStep
+from locret_cli.core.attention.over_cache import use_attention_kernel
+from locret_cli.core.answer.compiled_step import CompiledStep
+from locret_cli.core.answer.decode_step import DecodeStep
 from locret_cli.core.engine import Engine
 from locret_cli.core.policies import make_policy
-from locret_cli.core.settings import AnswerSettings, ReadSettings
+from locret_cli.settings import AnswerSettings, ReadSettings
 from locret_cli.models.arch import random_session_parts
 from locret_cli.runtime.dtype_probe import cpu_name
 from locret_cli.runtime.native_attention import built_kernel

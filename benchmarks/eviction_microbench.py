@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from locret_cli.core.cache import LocretCache
+from locret_cli.core.cache.bounded import LocretCache
 from locret_cli.core.policies.base import select
 
 

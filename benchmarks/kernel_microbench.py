@@ -108,7 +108,7 @@ def chunk() -> None:
     """One layer's chunk attention in bf16 as `cache_attention` computes it: torch's two flash calls merged
     (`split_attention`) and locret's kernel (`runtime/native_attention.py`), for SmolLM2's heads (9 over 3) and the
     embedded model's (4 over 2)."""
-    from locret_cli.core.cache_attention import split_attention
+    from locret_cli.core.attention.over_cache import split_attention
     from locret_cli.runtime.native_attention import built_kernel
 
     kernel = built_kernel()

@@ -43,8 +43,8 @@ def locret_worker(spec: dict) -> dict:
     from locret_cli.core.engine import Engine
     from locret_cli.core.heads import RetainingHeads
     from locret_cli.core.policies.locret import LocretPolicy
-    from locret_cli.core.settings import ReadSettings
-    from locret_cli.core.sources import TokenChunk
+    from locret_cli.settings import ReadSettings
+    from locret_cli.inputs.sources import TokenChunk
     from locret_cli.models.arch import random_model
     from locret_cli.runtime.packed_linear import pack_linears
 
@@ -105,7 +105,7 @@ def main() -> None:
         print(json.dumps(worker(json.loads(sys.stdin.read()))))
         return
 
-    from locret_cli.bench.runner import parse_lengths
+    from locret_cli.bench.suite import parse_lengths
     from locret_cli.models.arch import preset_config
 
     config = preset_config(args.preset).to_dict()

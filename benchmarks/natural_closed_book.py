@@ -21,7 +21,7 @@ from locret_cli.api import load_session
 from locret_cli.bench import natural
 from locret_cli.bench.tasks import Question
 from locret_cli.checks.grounding import DocumentText
-from locret_cli.core.settings import AnswerSettings
+from locret_cli.settings import AnswerSettings
 from locret_cli.inputs.documents import text_document
 
 EMPTY = "No document was given."

@@ -25,8 +25,8 @@ from locret_cli.core import profile_marks as marks
 from locret_cli.core.engine import Engine
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.core.policies.locret import LocretPolicy
-from locret_cli.core.settings import AnswerSettings, ReadSettings
-from locret_cli.core.sources import SourceMap
+from locret_cli.settings import AnswerSettings, ReadSettings
+from locret_cli.inputs.sources import SourceMap
 from locret_cli.inputs.documents import token_chunks
 from locret_cli.inputs.prompt import prompt_layout
 from locret_cli.inputs.tokenizer import TiktokenTokenizer

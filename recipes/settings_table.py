@@ -1,4 +1,4 @@
-"""docs/cli.md's table of reading and answering settings, made from their declarations (`core/settings.py`) and the
+"""docs/cli.md's table of reading and answering settings, made from their declarations (`settings.py`) and the
 defaults recorded with the embedded model and with each model locret ships heads for.
 
     python -m recipes.settings_table     # rewrites the table between its markers in docs/cli.md
@@ -13,12 +13,12 @@ from dataclasses import fields
 from pathlib import Path
 
 from locret_cli.cli.app import flag
-from locret_cli.core.settings import AnswerSettings, ReadSettings, shown_value
+from locret_cli.settings import AnswerSettings, ReadSettings, shown_value
 from locret_cli.models.embedded import EMBEDDED_DIR
 from locret_cli.models.shipped import DEFAULTS_FILE, HEADS_ROOT
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "cli.md"
-BEGIN = "<!-- settings table: made by python -m recipes.settings_table from core/settings.py -->"
+BEGIN = "<!-- settings table: made by python -m recipes.settings_table from settings.py -->"
 END = "<!-- end of the settings table -->"
 SHIPPED_NAMES = {"smollm2-135m-instruct": "SmolLM2", "gemma3-270m": "Gemma 3 270M",
                  "qwen2.5-coder-0.5b-instruct": "Qwen2.5-Coder 0.5B"}

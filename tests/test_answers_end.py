@@ -11,7 +11,7 @@ from test_engine import chunks_of, random_ids
 
 from locret_cli.core.engine import Engine, repeated_run
 from locret_cli.core.policies import make_policy
-from locret_cli.core.settings import AnswerSettings, ReadSettings
+from locret_cli.settings import AnswerSettings, ReadSettings
 from locret_cli.errors import SettingError
 from locret_cli.inputs.prompt import word_ids
 

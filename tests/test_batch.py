@@ -13,7 +13,7 @@ from pdfs import encrypted_pdf, image_only_pdf, text_pdf
 
 from locret_cli.batch.answer_log import AnswerLog, row_key
 from locret_cli.batch.inputs import expand_inputs
-from locret_cli.batch.runner import input_order, pending, run_batch
+from locret_cli.batch.scheduler import input_order, pending, run_batch
 from locret_cli.batch.work import DocumentWorker, WorkerSpec, error_rows
 from locret_cli.errors import LocretError
 from locret_cli.models.spec import ModelSpec

@@ -16,7 +16,7 @@ from batch_helpers import QUESTIONS, EchoWorker, UnloadableWorker, fact_document
 from locret_cli.batch.answer_log import AnswerLog
 from locret_cli.batch.inputs import expand_inputs
 from locret_cli.batch.local_pool import LocalPool
-from locret_cli.batch.runner import run_batch
+from locret_cli.batch.scheduler import run_batch
 from locret_cli.batch.work import WorkerSpec
 from locret_cli.errors import LocretError
 from locret_cli.models.spec import ModelSpec

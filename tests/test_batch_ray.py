@@ -19,7 +19,7 @@ from batch_helpers import QUESTIONS, EchoWorker, fact_document, questions_file  
 from locret_cli.batch.answer_log import AnswerLog  # noqa: E402
 from locret_cli.batch.inputs import expand_inputs  # noqa: E402
 from locret_cli.batch.ray_pool import RayPool  # noqa: E402
-from locret_cli.batch.runner import run_batch  # noqa: E402
+from locret_cli.batch.scheduler import run_batch  # noqa: E402
 from locret_cli.batch.work import DocumentWorker, WorkerSpec  # noqa: E402
 from locret_cli.models.spec import ModelSpec
 

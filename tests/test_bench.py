@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from locret_cli.bench import parse_lengths
 from locret_cli.bench.flops import FlopCounter, counting
-from locret_cli.bench.runner import ROW_FIELDS, row_variant
+from locret_cli.bench.suite import ROW_FIELDS, row_variant
 from locret_cli.bench.scoring import contains_match
 from locret_cli.bench.tasks import Question, data_samples, exact_match, generated_samples, needle_depths
 from locret_cli.cli import app
@@ -166,7 +166,7 @@ def test_arch_accuracy_is_null_and_the_table_says_why(tmp_path):
     (row,) = list(csv.DictReader((tmp_path / "r.csv").open()))
     assert row["accuracy"] == "" and int(row["kv_peak_bytes"]) > 0
     config = json.loads((tmp_path / "r.csv.config.json").read_text())
-    assert config["arch"] == "smollm2-135m" and config["accuracy_meaningful"] is False
+    assert config["model"]["arch"] == "smollm2-135m" and config["accuracy_meaningful"] is False
 
 
 def test_data_task_reports_exact_and_contains(tmp_path):
@@ -194,7 +194,7 @@ def test_plot_is_written_and_nothing_is_overwritten(tmp_path):
     (["--policies", "locret:span"], "'span' is not SETTING=VALUE"),
     (["--model", "x", "--arch", "smollm2-135m"], "--model or --arch"),
     (["--arch", "gpt-5"], "unknown shape preset"),
-    (["--arch", "smollm2-135m", "--load-4bit"], "--load-4bit applies to --model"),
+    (["--arch", "smollm2-135m", "--load-4bit"], "--load-4bit and --max-memory apply to --model"),
     (["--lengths", "10"], "at least 64"),
     (["--tasks", "poems"], "unknown task poems"),
 ])

@@ -7,7 +7,8 @@ import pytest
 from test_niah import fake_package  # noqa: F401  the installed essays
 
 from locret_cli.bench.kinds import COMMON_EVERY, COMMON_WORDS, KINDS, kind_depths
-from locret_cli.bench.runner import BenchConfig, cell_spec, row_variant
+from locret_cli.bench.suite import BenchConfig, cell_spec, row_variant
+from locret_cli.models.spec import ModelSpec
 from locret_cli.bench.tasks import Question, generated_samples
 from locret_cli.errors import SettingError
 from locret_cli.inputs.tokenizer import TiktokenTokenizer
@@ -53,9 +54,9 @@ def test_several_values_are_right_only_together():
 
 def test_a_row_may_change_the_reader_the_model_loads():
     assert row_variant("locret:reread=0:reader=off") == ("locret", {"reread": 0, "reader": "off"})
-    spec = cell_spec(BenchConfig(model="smollm2", reader="runs/r"), "kinds", 4096, "locret:reread=0:reader=off")
+    spec = cell_spec(BenchConfig(ModelSpec("smollm2", reader="runs/r")), "kinds", 4096, "locret:reread=0:reader=off")
     assert spec["model"]["reader"] == "off" and "reader" not in spec["settings"] and spec["settings"]["reread"] == 0
-    assert cell_spec(BenchConfig(model="smollm2", reader="runs/r"), "kinds", 4096, "locret")["model"]["reader"] == \
+    assert cell_spec(BenchConfig(ModelSpec("smollm2", reader="runs/r")), "kinds", 4096, "locret")["model"]["reader"] == \
         "runs/r"
     with pytest.raises(SettingError, match="unknown setting"):
         row_variant("locret:readr=off")

@@ -1,4 +1,4 @@
-"""Attention over the cache without a mask (`core/cache_attention.py`): the masked attention up to rounding, and the
+"""Attention over the cache without a mask (`core/attention/over_cache.py`): the masked attention up to rounding, and the
 same logits through the engine's read and decode."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import torch.nn.functional as F
 from conftest import tiny_model
 from test_engine import chunks_of, random_ids
 
-from locret_cli.core import probe
-from locret_cli.core.cache_attention import (
+from locret_cli.core.attention import probe
+from locret_cli.core.attention.over_cache import (
     IMPLEMENTATION,
     applies_to,
     cache_attention,
@@ -21,8 +21,8 @@ from locret_cli.core.cache_attention import (
 from locret_cli.core.engine import Engine
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.core.policies.locret import LocretPolicy
-from locret_cli.core.probe import observe_attention
-from locret_cli.core.settings import AnswerSettings, ReadSettings
+from locret_cli.core.attention.probe import observe_attention
+from locret_cli.settings import AnswerSettings, ReadSettings
 
 
 def masked(query, key, value):

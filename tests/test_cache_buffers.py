@@ -7,11 +7,11 @@ import torch
 from conftest import tiny_model
 from test_engine import chunks_of, random_ids
 
-from locret_cli.core.cache import LocretCache
+from locret_cli.core.cache.bounded import LocretCache
 from locret_cli.core.engine import Engine
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.core.policies.locret import LocretPolicy
-from locret_cli.core.settings import AnswerSettings, ReadSettings
+from locret_cli.settings import AnswerSettings, ReadSettings
 from locret_cli.errors import LocretError
 
 

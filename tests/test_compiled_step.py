@@ -1,4 +1,4 @@
-"""The decode step compiled whole (`core/compiled_step.py`, `--compile-decode`): transformers' greedy tokens, the
+"""The decode step compiled whole (`core/answer/compiled_step.py`, `--compile-decode`): transformers' greedy tokens, the
 same cache afterwards and the same citations, in bf16 and fp32, and with int8 weights; the own step where the graph
 does not hold the case. Compiling needs a C++ compiler (inductor's CPU backend): without one these tests are skipped."""
 
@@ -13,12 +13,12 @@ from test_cli import DOCUMENT, ask
 from test_engine import chunks_of, random_ids
 from test_reader import strong_reader
 
-from locret_cli.core.citations import AttentionTally
-from locret_cli.core.compiled_step import ATTRIBUTE, CompiledStep, compile_decode, cpp_compiler
+from locret_cli.core.answer.citations import AttentionTally
+from locret_cli.core.answer.compiled_step import ATTRIBUTE, CompiledStep, compile_decode, cpp_compiler
 from locret_cli.core.engine import Engine
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.core.policies.locret import LocretPolicy
-from locret_cli.core.settings import AnswerSettings, ReadSettings
+from locret_cli.settings import AnswerSettings, ReadSettings
 from locret_cli.runtime.int8_linear import quantize_linears
 
 pytestmark = pytest.mark.skipif(cpp_compiler() is None, reason="inductor's CPU backend needs a C++ compiler")

@@ -1,4 +1,4 @@
-"""locret's own decode step (`core/decode_step.py`): transformers' logits bit for bit, with int8 linears, the reader,
+"""locret's own decode step (`core/answer/decode_step.py`): transformers' logits bit for bit, with int8 linears, the reader,
 an observer (citations) and a quantized cache, in fp32 and bf16; and the families it is for."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ from conftest import tiny_model
 from test_engine import chunks_of, random_ids
 from test_reader import strong_reader
 
-from locret_cli.core.citations import AttentionTally
-from locret_cli.core.decode_step import DecodeStep
+from locret_cli.core.answer.citations import AttentionTally
+from locret_cli.core.answer.decode_step import DecodeStep
 from locret_cli.core.engine import Engine
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.core.policies.locret import LocretPolicy
-from locret_cli.core.settings import AnswerSettings, ReadSettings
+from locret_cli.settings import AnswerSettings, ReadSettings
 from locret_cli.runtime.int8_linear import quantize_linears
 
 

@@ -11,12 +11,13 @@ from transformers import DynamicCache
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from locret_cli.core.transformers_internals import cache_kwargs
+from locret_cli.api.plan import ModelFacts, resolve
 from locret_cli.core.engine import Engine
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.core.policies import Policy, make_policy
 from locret_cli.core.policies.locret import LocretPolicy
-from locret_cli.core.settings import AnswerSettings, ReadSettings
-from locret_cli.core.sources import TokenChunk
+from locret_cli.settings import AnswerSettings, ReadSettings
+from locret_cli.inputs.sources import TokenChunk
 from locret_cli.errors import LocretError
 
 
@@ -133,11 +134,12 @@ def test_the_prompt_head_is_never_evicted_under_any_policy(llama, name):
         assert positions[:, -4:].tolist() == [list(range(146, 150))] * 2  # and the stabilizers
 
 
-def test_a_prompt_head_that_leaves_no_room_is_refused(llama):
+def test_a_prompt_head_that_leaves_no_room_is_refused():
     settings = ReadSettings(budget=16, chunk_size=8, stabilizers=10)
+    facts = ModelFacts({}, layers=2, sliding=False, pinned=7)
     with pytest.raises(LocretError, match="prompt's opening \\(7 tokens"):
-        Engine(llama, make_policy("streaming", llama), settings, stop_ids={1}, pinned=7)
-    Engine(llama, make_policy("full", llama), settings, stop_ids={1}, pinned=7)  # nothing is evicted: no limit
+        resolve("streaming", facts, settings)
+    assert resolve("full", facts, settings).read == settings  # nothing is evicted: no limit
 
 
 def test_compact_keeps_the_same_entries_as_original(llama):

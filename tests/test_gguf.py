@@ -16,6 +16,7 @@ from locret_cli.cli import app
 from locret_cli.errors import LocretError
 from locret_cli.models import gguf, named
 from locret_cli.models.gguf import save_dequantized
+from locret_cli.api import ModelSpec, load_session
 from locret_cli.models.loading import load_model
 
 pytest.importorskip("gguf", reason="GGUF support is the [gguf] extra: pip install 'locret-cli[gguf]'")
@@ -124,7 +125,7 @@ def test_the_architecture_is_read_from_the_header_past_other_keys_of_every_kind(
 
 def test_load_4bit_is_refused_for_a_gguf_file(gguf_file):
     with pytest.raises(LocretError, match="already quantized"):
-        load_model(str(gguf_file[0]), device="cpu", load_4bit=True)
+        load_session(ModelSpec(str(gguf_file[0]), device="cpu", load_4bit=True))
 
 
 def test_missing_gguf_file_is_named(tmp_path):

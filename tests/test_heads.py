@@ -10,7 +10,7 @@ from conftest import tiny_model
 from safetensors.torch import save_file
 from torch import nn
 
-from locret_cli.core.capture import capture_qkv, check_projections
+from locret_cli.core.attention.capture import capture_qkv, check_projections
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.core.shape import ModelShape
 from locret_cli.errors import LocretError

@@ -11,6 +11,7 @@ from torch import nn
 
 from locret_cli.core.identity import SAME_MODEL, similarity, weight_samples
 from locret_cli.errors import SettingError
+from locret_cli.api import ModelSpec, load_session
 from locret_cli.models.loading import load_model
 from locret_cli.runtime.int8_linear import Int8Linear, quantize_linears, quantize_rows
 
@@ -63,7 +64,7 @@ def test_load_8bit_from_a_directory_and_refusals(tmp_path, llama_dir):
     assert any(isinstance(m, Int8Linear) for m in loaded.model.modules())
     assert "int8" in loaded.dtype_reason
     with pytest.raises(SettingError, match="not both"):
-        load_model(llama_dir, device="cpu", load_4bit=True, load_8bit=True)
+        load_session(ModelSpec(llama_dir, device="cpu", load_4bit=True, load_8bit=True))
 
 
 def test_the_cli_answers_with_8bit_weights_and_refuses_them_for_the_embedded_model(doc, llama_dir):

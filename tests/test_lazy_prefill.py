@@ -14,6 +14,7 @@ from transformers import DynamicCache
 from typer.testing import CliRunner
 
 from locret_cli.api import load_session
+from locret_cli.api.plan import ModelFacts, resolve
 from locret_cli.api.saved_context import save_reading
 from locret_cli.bench.synthetic import filler_sentence
 from locret_cli.cli import app
@@ -21,7 +22,7 @@ from locret_cli.core.transformers_internals import cache_kwargs
 from locret_cli.core.engine import Engine
 from locret_cli.core.lazy_prefill import flowing_tokens
 from locret_cli.core.policies import make_policy
-from locret_cli.core.settings import AnswerSettings, ReadSettings
+from locret_cli.settings import AnswerSettings, ReadSettings
 from locret_cli.errors import SettingError
 
 LAYERS, AFTER = 4, 2
@@ -207,9 +208,10 @@ def test_a_pruned_read_answers_and_leaves_every_layer_at_the_budget(session, tmp
 
 def test_lazyllm_scores_by_the_last_tokens_attention_and_prunes_by_default():
     model = tiny_model("llama", layers=LAYERS)
-    settings = ReadSettings(budget=20, chunk_size=16, stabilizers=4)
+    settings = resolve("lazyllm", ModelFacts({}, LAYERS, False, 0), ReadSettings(budget=20, chunk_size=16,
+                                                                                 stabilizers=4)).read
+    assert settings.lazy_after == 1  # a quarter of the way up, unless given
     engine = Engine(model, make_policy("lazyllm", model), settings, stop_ids={1})
-    assert engine.settings.lazy_after == 1
     captured, observe = {}, engine.policy.observe
 
     def keep_query(layer_idx, query, key, scaling, layer):
@@ -232,10 +234,9 @@ def test_lazyllm_scores_by_the_last_tokens_attention_and_prunes_by_default():
     ("h2o", 4, "lazy_after must be below the model's 4 layers, got 4"),
 ])
 def test_refusals(policy, after, message):
-    model = tiny_model("llama", layers=LAYERS)
     settings = ReadSettings(budget=20, chunk_size=16, stabilizers=4, lazy_after=after)
     with pytest.raises(SettingError) as refused:
-        Engine(model, make_policy(policy, model), settings, stop_ids={1}, question_ids=[3])
+        resolve(policy, ModelFacts({}, LAYERS, False, 0), settings, questions=["What is it?"])
     assert message in str(refused.value)
 
 

@@ -9,7 +9,7 @@ from conftest import save_model_dir, tiny_model
 from gguf_files import write_gguf
 from test_cli import DOCUMENT, ask, runner
 
-from locret_cli.api import load_session
+from locret_cli.api import ModelSpec, load_session
 from locret_cli.api.saved_context import save_reading
 from locret_cli.cli import app
 from locret_cli.core.identity import weight_samples
@@ -77,7 +77,7 @@ def test_caps_that_cannot_work_are_refused_in_one_line(model_dir, tmp_path):
         load_model(model_dir, device="cpu", dtype="fp32", max_memory="1KiB")
     (tmp_path / "doc.txt").write_text(DOCUMENT)
     with pytest.raises(SettingError, match="does not combine"):
-        load_model(model_dir, device="cpu", max_memory="1GiB", load_8bit=True)
+        load_session(ModelSpec(model_dir, device="cpu", max_memory="1GiB", load_8bit=True))
     refused = ask(tmp_path / "doc.txt", "q?", "--max-memory", "1GiB")
     assert refused.exit_code == 1 and "apply to --model" in refused.output and "Traceback" not in refused.output
 
@@ -87,7 +87,7 @@ def test_a_gguf_file_is_refused_with_the_command_that_converts_it(tmp_path):
     path = tmp_path / "tiny.gguf"
     write_gguf(path)
     with pytest.raises(SettingError, match="locret convert"):
-        load_model(str(path), device="cpu", max_memory="1GiB")
+        load_session(ModelSpec(str(path), device="cpu", max_memory="1GiB"))
     out = tmp_path / "converted"
     result = runner.invoke(app, ["convert", str(path), str(out), "--dtype", "fp32"])
     assert result.exit_code == 0, result.output

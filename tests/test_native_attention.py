@@ -12,7 +12,7 @@ from test_cache_attention import masked
 from test_reading import GATE, filler_lines
 
 from locret_cli.api import load_session
-from locret_cli.core.cache_attention import cache_attention, split_attention, use_attention_kernel
+from locret_cli.core.attention.over_cache import cache_attention, split_attention, use_attention_kernel
 from locret_cli.runtime import native_attention
 from locret_cli.runtime.native_attention import NativeKernel, built_kernel, chosen_kernel
 

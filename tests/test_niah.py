@@ -81,10 +81,10 @@ def test_the_grid_has_a_cell_per_length_depth_and_policy_and_the_heatmap_is_a_pn
 
 def test_the_needle_task_answers_in_64_tokens_unless_told_and_the_others_in_16():
     """16 tokens end the needle's sentence before "Dolores Park"; --max-new-tokens still wins where given."""
-    from locret_cli.bench.runner import BenchConfig, cell_spec
+    from locret_cli.bench.suite import BenchConfig, cell_spec
 
     def limit(config, task):
         return cell_spec(config, task, 4096, "locret")["settings"]["max_new_tokens"]
 
     assert [limit(BenchConfig(), task) for task in ("niah", "needle", "facts")] == [64, 16, 16]
-    assert limit(BenchConfig(max_new_tokens=8), "niah") == 8
+    assert limit(BenchConfig(settings={"max_new_tokens": 8}), "niah") == 8

@@ -11,7 +11,7 @@ from test_engine import chunks_of, random_ids
 from locret_cli.core.engine import Engine
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.core.policies import POLICIES, POLICY_NAMES, make_policy, select
-from locret_cli.core.settings import ReadSettings
+from locret_cli.settings import ReadSettings
 
 
 def test_knorm_scores_minus_the_key_norm():
@@ -80,7 +80,8 @@ def test_every_policy_holds_the_same_cache_size_at_every_step(positions):
             continue
         seen = []
         question = [5, 6, 7] if name == "finch" else None
-        engine = Engine(model, make_policy(name, model, heads), settings, stop_ids={1}, question_ids=question)
+        policy = make_policy(name, model, heads, question_length=len(question or ()))
+        engine = Engine(model, policy, settings, stop_ids={1}, question_ids=question)
         engine.read(chunks_of(ids, 16), lambda p: seen.append(p.cache_tokens))
         sizes[name] = (seen, engine.cache.peak_tokens)
     assert sizes.pop("finch") == ([16, 20, 20, 20, 20, 20], 36 + 3)  # the question's 3 entries, until dropped

@@ -12,11 +12,12 @@ from test_engine import chunks_of, random_ids
 from typer.testing import CliRunner
 
 from locret_cli.api import Session, load_session
+from locret_cli.api.plan import ModelFacts, resolve
 from locret_cli.api.saved_context import save_reading
 from locret_cli.cli import app
 from locret_cli.core.engine import Engine
 from locret_cli.core.policies.attention import FinchPolicy
-from locret_cli.core.settings import ReadSettings
+from locret_cli.settings import ReadSettings
 from locret_cli.errors import SettingError
 
 runner = CliRunner()
@@ -43,7 +44,7 @@ def reference_finch_scores(model, ids: list[int], question: list[int]) -> list[t
 def test_finch_scores_are_the_questions_normalised_attention(llama):
     ids, question = random_ids(24), random_ids(5, seed=2)
     settings = ReadSettings(budget=64, chunk_size=24, stabilizers=4, positions="original")
-    engine = Engine(llama, FinchPolicy(16), settings, stop_ids={1}, question_ids=question)
+    engine = Engine(llama, FinchPolicy(16, len(question)), settings, stop_ids={1}, question_ids=question)
     engine.prefill_chunk(ids)
     assert engine.seen == 24 and engine.cache.length() == 24  # the question's entries are gone
     for layer, expected in zip(engine.cache.layers, reference_finch_scores(llama, ids, question)):
@@ -55,7 +56,7 @@ def test_finch_scores_are_the_questions_normalised_attention(llama):
 def test_the_question_never_stays_in_the_cache(llama, positions):
     question = random_ids(6, seed=3)
     settings = ReadSettings(budget=20, chunk_size=8, stabilizers=3, positions=positions)
-    engine = Engine(llama, FinchPolicy(16), settings, stop_ids={1}, question_ids=question)
+    engine = Engine(llama, FinchPolicy(16, len(question)), settings, stop_ids={1}, question_ids=question)
     for chunk in chunks_of(random_ids(64), 8):
         engine.prefill_chunk(chunk.ids)
         for layer in engine.cache.layers:
@@ -63,9 +64,10 @@ def test_the_question_never_stays_in_the_cache(llama, positions):
             assert layer.length == min(engine.seen, 20)
 
 
-def test_finch_without_a_question_is_refused(llama):
+def test_finch_without_a_question_is_refused():
     with pytest.raises(SettingError, match="reads the document with its questions"):
-        Engine(llama, FinchPolicy(16), ReadSettings(budget=20, chunk_size=8, stabilizers=3), stop_ids={1})
+        resolve("finch", ModelFacts({}, 2, False, 0), ReadSettings(budget=20, chunk_size=8, stabilizers=3),
+                questions=())
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The reader (`core/reader.py`): in force for the question and the answer only, trained on a model's own bounded
+"""The reader (`core/answer/reader.py`): in force for the question and the answer only, trained on a model's own bounded
 caches, saved, resumed and loaded for the model it was trained for alone."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 from locret_cli.api import Session
 from locret_cli.api.saved_context import save_reading
 from locret_cli.cli import app
-from locret_cli.core.reader import ReaderAdapter, reading_with
-from locret_cli.core.settings import AnswerSettings, ReadSettings
+from locret_cli.core.answer.reader import ReaderAdapter, reading_with
+from locret_cli.settings import AnswerSettings, ReadSettings
 from locret_cli.errors import LocretError
 from locret_cli.models.loading import LoadedModel
 from locret_cli.models.reader_files import load_reader, save_reader

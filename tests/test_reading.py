@@ -12,8 +12,8 @@ from pdfs import text_pdf
 from locret_cli.api import load_session
 from locret_cli.api.saved_context import save_reading
 from locret_cli.bench.synthetic import filler_sentence, passkey_fact
-from locret_cli.core.settings import AnswerSettings, ReadSettings
-from locret_cli.core.sources import SourceMap
+from locret_cli.settings import AnswerSettings, ReadSettings
+from locret_cli.inputs.sources import SourceMap
 from locret_cli.errors import LocretError
 from locret_cli.inputs.documents import text_document
 

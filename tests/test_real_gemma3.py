@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from locret_cli.api import load_session
 from locret_cli.cli import app
-from locret_cli.core.settings import AnswerSettings, ReadSettings
+from locret_cli.settings import AnswerSettings, ReadSettings
 from locret_cli.inputs.prompt import build_prompt
 from locret_cli.models import named
 

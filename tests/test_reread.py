@@ -10,9 +10,9 @@ from conftest import byte_tokenizer, tiny_model
 
 from locret_cli.api import Session
 from locret_cli.api.saved_context import save_reading
-from locret_cli.api.windows import SEPARATOR, locate, merged, second_hop
-from locret_cli.core.settings import AnswerSettings, ReadSettings
-from locret_cli.core.windows import attention_per_token, best_windows, question_words_per_token
+from locret_cli.api.reread import SEPARATOR, locate, merged, second_hop
+from locret_cli.settings import AnswerSettings, ReadSettings
+from locret_cli.core.answer.locate import attention_per_token, best_windows, question_words_per_token
 from locret_cli.errors import SettingError
 from locret_cli.inputs.prompt import conversation_ids
 from locret_cli.inputs.tokenizer import encode_text

@@ -118,8 +118,8 @@ def test_another_model_dtype_or_heads_is_refused(session, saved):
         load_session(device="cpu", dtype=other_dtype).load(str(path))
     torch.manual_seed(5)
     retrained = RetainingHeads.for_model(model, hidden=session.heads.hidden).eval()
-    stranger = Session(LoadedModel(model, session.loaded.tokenizer, "embedded", {}), retrained)
+    stranger = Session(LoadedModel(model, session.loaded.tokenizer, "embedded", {}), retrained, "locret")
     with pytest.raises(LocretError, match="other retaining heads"):
         stranger.load(str(path))
-    headless = Session(LoadedModel(model, session.loaded.tokenizer, "embedded", {}), None)
+    headless = Session(LoadedModel(model, session.loaded.tokenizer, "embedded", {}), None, "locret")
     assert headless.load(str(path)).ask(QUESTION).answer == "The gate code of the north depot is 4821."

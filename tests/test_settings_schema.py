@@ -1,4 +1,4 @@
-"""Each setting is declared once (`core/settings.py`): its bounds are the library's checks, its fields make the
+"""Each setting is declared once (`settings.py`): its bounds are the library's checks, its fields make the
 command line's options, `--json` and batch rows carry every one, and docs/cli.md's table is made from it. Policies
 come from one registry."""
 
@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from locret_cli.cli import app
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.core.policies import POLICIES, make_policy
-from locret_cli.core.settings import DEFAULT_POLICY, AnswerSettings, ReadSettings, settings_json
+from locret_cli.settings import DEFAULT_POLICY, AnswerSettings, ReadSettings, settings_json
 from locret_cli.errors import SettingError
 from locret_cli.models.spec import ModelSpec
 from recipes.settings_table import PAGE, with_table
@@ -80,6 +80,6 @@ def test_every_registered_policy_builds_under_its_own_name_and_the_default_is_on
     for name, policy in POLICIES.items():
         built = make_policy(name, model, heads)
         assert type(built) is policy and built.name == name
-    assert DEFAULT_POLICY in POLICIES and ModelSpec().policy == DEFAULT_POLICY
+    assert DEFAULT_POLICY in POLICIES and ModelSpec().checked().policy == DEFAULT_POLICY
     with pytest.raises(SettingError, match="needs retaining heads"):
         make_policy("locret", model)

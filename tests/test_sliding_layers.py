@@ -14,7 +14,7 @@ from locret_cli.api.saved_context import LAYER_TENSORS, save_reading
 from locret_cli.core.engine import Engine
 from locret_cli.core.measure import plan_memory
 from locret_cli.core.policies import POLICIES, make_policy
-from locret_cli.core.settings import AnswerSettings, ReadSettings
+from locret_cli.settings import AnswerSettings, ReadSettings
 from locret_cli.errors import SettingError
 from locret_cli.models.loading import LoadedModel
 
@@ -94,8 +94,8 @@ def test_a_greedy_answer_equals_generate_and_sliding_layers_stay_bounded(gemma3)
 
 def test_lazy_prefill_is_refused_on_a_model_with_sliding_layers(gemma3):
     with pytest.raises(SettingError, match="sliding layers must see every token"):
-        Engine(gemma3, make_policy("streaming", gemma3), ReadSettings(budget=64, chunk_size=16, stabilizers=4,
-                                                                      lazy_after=1), stop_ids={1})
+        Session(LoadedModel(gemma3, byte_tokenizer(), "tiny gemma3", {}), None, "streaming").read_settings(
+            budget=64, chunk_size=16, stabilizers=4, lazy_after=1)
 
 
 @pytest.mark.parametrize("kv_bits", [16, 8])

@@ -9,7 +9,7 @@ from test_engine import TablePolicy, chunks_of, distinct_table, random_ids
 
 from locret_cli.core.engine import Engine
 from locret_cli.core.policies import select
-from locret_cli.core.settings import ReadSettings
+from locret_cli.settings import ReadSettings
 from locret_cli.errors import SettingError
 
 

@@ -12,7 +12,7 @@ from test_engine import chunks_of, random_ids
 from locret_cli.core.engine import Engine
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.core.policies.locret import LocretPolicy
-from locret_cli.core.settings import AnswerSettings, ReadSettings
+from locret_cli.settings import AnswerSettings, ReadSettings
 from locret_cli.runtime import dtype_probe, packed_linear
 from locret_cli.runtime.packed_linear import PACKED_ATTRIBUTE, pack_if_room, pack_linears, packable
 

@@ -15,7 +15,7 @@ from locret_cli.bench.generated import document_text
 from locret_cli.bench.synthetic import Fact
 from locret_cli.core.engine import Engine
 from locret_cli.core.policies import make_policy
-from locret_cli.core.settings import AnswerSettings, ReadSettings
+from locret_cli.settings import AnswerSettings, ReadSettings
 from locret_cli.inputs.prompt import build_prompt, end_of_turn_id, line_end_ids, prompt_layout, question_text
 from locret_cli.inputs.tokenizer import SPECIAL_TOKENS
 from locret_cli.models.embedded import load_embedded
@@ -49,7 +49,7 @@ def ids_fed_to(model):
 @pytest.fixture(scope="module")
 def embedded_session():
     loaded, heads = load_embedded("cpu")
-    return Session(loaded, heads)
+    return Session(loaded, heads, "locret")
 
 
 def chat_session():

@@ -39,7 +39,7 @@ from locret_cli.api import Session
 from locret_cli.inputs.documents import Document, text_document
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.core.policies.locret import LocretPolicy
-from locret_cli.core.settings import AnswerSettings, ReadSettings
+from locret_cli.settings import AnswerSettings, ReadSettings
 from locret_cli.inputs.documents import token_chunks
 from locret_cli.inputs.prompt import prompt_layout
 from locret_cli.models.embedded import not_stated_reply, says_not_stated

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from locret_cli.api.windows import Window
+from locret_cli.api.reread import Window
 from locret_cli.checks.grounding import Grounding
-from locret_cli.core.settings import AnswerSettings, ReadSettings, settings_json
-from locret_cli.core.sources import Source
+from locret_cli.settings import AnswerSettings, ReadSettings, settings_json
+from locret_cli.inputs.sources import Source
 
 
 @dataclass
@@ -65,12 +65,12 @@ class AskResult:
     total_s: float  # read_s + answer_s
     warnings: list[str] = field(default_factory=list)
     compute: str = ""  # the dtype and why, and whether linears were packed
-    windows: list[Window] | None = None  # the windows read again for this answer (`api/windows.py`), if any
+    windows: list[Window] | None = None  # the windows read again for this answer (`api/reread.py`), if any
     read_for: tuple[str, ...] = ()  # the questions that steered the read; empty: a question-agnostic read
     grounding: Grounding | None = None  # the answer's content checked against the document's text
     withheld: str | None = None  # the model's answer, when `strict` replaced it with REFUSAL
     restated_from: str | None = None  # the model's own words, when the answer was restated in the question's
-    reader: str | None = None  # the reader the answer read the bounded cache with (`core/reader.py`), if any
+    reader: str | None = None  # the reader the answer read the bounded cache with (`core/answer/reader.py`), if any
     cache_by_kind: dict | None = None  # a model with sliding layers: each kind's layers, peak and full-cache bytes
 
     def to_json(self) -> dict:

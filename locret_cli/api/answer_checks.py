@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from locret_cli.api.routes import Drafted, ReadDocument
 from locret_cli.checks.grounding import REFUSAL, Grounding, ground
-from locret_cli.core.sources import Source, answer_first
+from locret_cli.inputs.sources import Source, answer_first
 from locret_cli.models.loading import QuestionForms
 
 

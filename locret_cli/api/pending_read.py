@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from locret_cli.core.engine import Progress
-from locret_cli.core.sources import TokenChunk
+from locret_cli.inputs.sources import TokenChunk
 
 
 @dataclass

@@ -27,12 +27,12 @@ from locret_cli.api.answer_checks import Checked, check_answer
 from locret_cli.api.pending_read import PendingRead, sized
 from locret_cli.api.routes import Drafted, ReadDocument, Turn, route_for
 from locret_cli.checks.grounding import DocumentText
-from locret_cli.core.citations import kept_per_unit
-from locret_cli.core.document_numbers import DocumentNumbers, NumberTokens
+from locret_cli.core.answer.citations import kept_per_unit
+from locret_cli.inputs.document_numbers import DocumentNumbers, NumberTokens
 from locret_cli.core.engine import Engine, Progress
 from locret_cli.core.measure import cache_by_kind, full_cache_bytes, peak_memory
-from locret_cli.core.settings import AnswerSettings, ReadSettings
-from locret_cli.core.sources import SourceMap
+from locret_cli.settings import AnswerSettings, ReadSettings
+from locret_cli.inputs.sources import SourceMap
 from locret_cli.errors import LocretError
 from locret_cli.inputs.prompt import conversation_ids
 from locret_cli.inputs.questions import check_question
@@ -56,7 +56,7 @@ class Reading:
     document: DocumentInfo
     read_s: float
     loaded_from: str | None = None
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[str | LocretError] = field(default_factory=list)  # a SettingError names its settings by `render`
     compute: str = ""  # how the model computes (`Session.ready_to_compute`)
     forms: QuestionForms | None = None  # the question forms a model was trained on, and its "not stated" reply
     input_ids: torch.Tensor | None = None  # (tokens,) every token read, prompt head first: what re-reading reads
@@ -168,7 +168,7 @@ class Reading:
             decode_tokens_per_s=generation.decode_steps / generation.decode_s if generation.decode_steps else None,
             time_to_first_token_s=self.read_s + generation.time_to_first_token_s,
             total_s=self.read_s + answer_s,
-            warnings=list(self.warnings) + self.answer_warnings(turn.question, turn.answering),
+            warnings=[str(w) for w in self.warnings] + self.answer_warnings(turn.question, turn.answering),
             compute=self.compute,
             windows=drafted.windows,
             read_for=self.read_for,

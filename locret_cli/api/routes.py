@@ -3,15 +3,15 @@
 - `BoundedCache` ("bounded-cache"): the answer reads the document's bounded cache, on a fork of it, and cites the
   pages its attention went to. A bounded read left pending runs first.
 - `LocatedWindows` ("windows"): the answer reads a few windows of the document again, whole, with a full cache, where
-  the question's words (or the bounded cache's attention) locate it (`windows.py`); when nothing locates a window,
+  the question's words (or the bounded cache's attention) locate it (`reread.py`); when nothing locates a window,
   `BoundedCache` answers. With `fallback` "unspecific", so it does when the windows' answer names nothing the
   document holds (no number, name or code found in it) and its own answer does; with "unstated", also when the
   document holds the windows' answer but does not state it in a sentence naming all the question names, and states
   the bounded cache's.
 
 `route_for(answering)` names the route an answer's settings choose; `Reading.ask` runs it, then checks the answer
-(`answer_checks.py`). A model's reader (`core/reader.py`) is in force wherever the bounded cache answers; a second
-hop is `windows.py`'s; a new route is one more class here.
+(`answer_checks.py`). A model's reader (`core/answer/reader.py`) is in force wherever the bounded cache answers; a second
+hop is `reread.py`'s; a new route is one more class here.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from typing import ClassVar
 
 import torch
 
-from locret_cli.api.windows import Window, answer_from_windows
+from locret_cli.api.reread import Window, answer_from_windows
 from locret_cli.checks.grounding import DocumentText, ground
-from locret_cli.core.citations import AttentionTally
+from locret_cli.core.answer.citations import AttentionTally
 from locret_cli.core.engine import Engine, Generation, Progress
-from locret_cli.core.settings import AnswerSettings
-from locret_cli.core.sources import Source, SourceMap
+from locret_cli.settings import AnswerSettings
+from locret_cli.inputs.sources import Source, SourceMap
 from locret_cli.errors import SettingError
 from locret_cli.models.loading import QuestionForms
 

@@ -22,12 +22,12 @@ from safetensors.torch import save_file
 from locret_cli import __version__
 from locret_cli.api.answer import DocumentInfo
 from locret_cli.api.reading import Reading
-from locret_cli.core.cache import FIELDS
+from locret_cli.core.cache.bounded import FIELDS
 from locret_cli.core.engine import Engine
-from locret_cli.core.kv_quant import parts
+from locret_cli.core.cache.quantized import parts
 from locret_cli.core.policies import Policy
-from locret_cli.core.settings import AnswerSettings, ReadSettings, names
-from locret_cli.core.sources import SourceMap
+from locret_cli.settings import AnswerSettings, ReadSettings, names
+from locret_cli.inputs.sources import SourceMap
 from locret_cli.errors import LocretError, SettingError
 from locret_cli.files import CONTEXT_SUFFIX, check_output, replacing
 from locret_cli.inputs.prompt import line_end_ids, stop_token_ids, word_ids
@@ -41,7 +41,7 @@ INPUT_IDS = "document.ids"  # every token read, for re-reading windows of it; fi
 
 def layer_parts(kv_bits: int) -> list[str]:
     """The stored tensors of each layer's LAYER_TENSORS at `kv_bits`: in 8 or 4 bits, codes and scales
-    (`core/kv_quant.py`), saved as held."""
+    (`core/cache/quantized.py`), saved as held."""
     return [part for name in LAYER_TENSORS for part in parts(name, kv_bits)]
 
 

@@ -3,30 +3,31 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import BinaryIO
 
 import torch
 
 from locret_cli.api.answer import AskResult, DocumentInfo
 from locret_cli.api.pending_read import PendingRead, sized
+from locret_cli.api.plan import Given, ModelFacts, Plan, resolve
 from locret_cli.api.reading import SOURCES_SHOWN, Reading
-from locret_cli.core.compiled_step import compile_decode, cpp_compiler
+from locret_cli.core.answer.compiled_step import compile_decode, cpp_compiler
 from locret_cli.core.engine import QUESTION_ALLOWANCE, Engine, Progress
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.core.measure import check_fits, plan_memory, reset_peak
 from locret_cli.core.policies import Policy, make_policy
-from locret_cli.core.reader import ReaderAdapter
-from locret_cli.core.rope import changes_with_length, rotary_module
-from locret_cli.core.settings import DEFAULT_POLICY, AnswerSettings, ReadSettings, names
-from locret_cli.core.sources import SourceMap, TokenChunk
-from locret_cli.core.units import human_bytes
+from locret_cli.core.answer.reader import ReaderAdapter
+from locret_cli.core.attention.rope import changes_with_length, rotary_module
+from locret_cli.settings import AnswerSettings, ReadSettings
+from locret_cli.core.shape import layer_windows
+from locret_cli.inputs.sources import SourceMap, TokenChunk
+from locret_cli.units import human_bytes
 from locret_cli.errors import SettingError
 from locret_cli.files import is_saved_context
 from locret_cli.inputs.documents import Document, open_document, token_chunks
 from locret_cli.inputs.prompt import conversation_ids, line_end_ids, prompt_layout, stop_token_ids, word_ids
-from locret_cli.inputs.questions import check_question
 from locret_cli.models.heads_files import load_heads
 from locret_cli.models.loading import LoadedModel, load_model
 from locret_cli.models.reader_files import load_reader
@@ -35,17 +36,15 @@ from locret_cli.models.spec import ModelSpec
 from locret_cli.runtime import native_attention
 from locret_cli.runtime.packed_linear import pack_if_room
 
-ReadGiven = ReadSettings | Mapping[str, object] | None  # whole settings, or only those given (None: none given)
-
 
 @dataclass
 class Session:
     """A loaded model, its tokenizer, (for the locret policy) its heads, and the reader its answers from the bounded
-    cache read with, if any (`core/reader.py`)."""
+    cache read with, if any (`core/answer/reader.py`)."""
 
     loaded: LoadedModel
     heads: RetainingHeads | None
-    policy: str = DEFAULT_POLICY
+    policy: str
     reader: ReaderAdapter | None = None
 
     @functools.cached_property
@@ -53,44 +52,54 @@ class Session:
         """Where a base model's answer ends (`prompt.line_end_ids`); found once per session."""
         return line_end_ids(self.loaded.tokenizer)
 
-    def read_settings(self, warn: Callable[[SettingError], None] = lambda _: None, **given) -> ReadSettings:
-        """Read settings from, in order: `given` (None values ignored), the model's recorded defaults, the global
-        defaults. Stabilizers that do not fit the budget are clipped, and `warn` hears why."""
-        return ReadSettings(**self._chosen(ReadSettings, given)).checked(warn)
+    @property
+    def facts(self) -> ModelFacts:
+        """What a plan needs to know of this model (`plan.ModelFacts`)."""
+        config = self.loaded.model.config
+        return ModelFacts(self.loaded.defaults, config.get_text_config(decoder=True).num_hidden_layers,
+                          any(layer_windows(config)), len(self._prefix))
+
+    @functools.cached_property
+    def _prefix(self) -> list[int]:
+        return prompt_layout(self.loaded.tokenizer).head_ids
+
+    def plan(self, read: Given = None, answer: Given = None, *, source: str | Document | None = None,
+             questions: Sequence[str] | None = None, defer: bool = False,
+             history_tokens: int | None = None) -> Plan:
+        """This session's plan of a run (`plan.resolve`): settings given (whole, or by name; None values ignored)
+        over the model's recorded defaults over the global ones; a saved context's read settings at `source`;
+        `questions` None where they are not known yet (settings only)."""
+        saved = None
+        if isinstance(source, str) and is_saved_context(source):
+            from locret_cli.api.saved_context import read_header
+
+            saved = (source, read_header(source))
+        return resolve(self.policy, self.facts, read, answer, history_tokens=history_tokens, questions=questions,
+                       defer=defer, saved=saved)
+
+    def read_settings(self, warn: Callable[[str | SettingError], None] = lambda _: None, **given) -> ReadSettings:
+        """The read settings of this session's plan with `given` ones; `warn` hears what the plan warns of."""
+        plan = self.plan(read=given)
+        for warning in plan.warnings:
+            warn(warning)
+        return plan.read
 
     def answer_settings(self, **given) -> AnswerSettings:
-        """Answer settings from, in order: `given` (None values ignored), the model's recorded defaults, the global
-        defaults."""
-        return AnswerSettings(**self._chosen(AnswerSettings, given)).checked()
+        """The answer settings of this session's plan with `given` ones."""
+        return self.plan(answer=given).answer
 
-    def _chosen(self, kind: type, given: Mapping[str, object]) -> dict:
-        unknown = sorted(set(given) - set(names(kind)))
-        if unknown:
-            raise SettingError("unknown setting(s): {unknown}", unknown=", ".join(unknown))
-        chosen = {k: v for k, v in self.loaded.defaults.items() if k in names(kind)}
-        return chosen | {k: v for k, v in given.items() if v is not None}
-
-    def open(self, source: str | Document, settings: ReadGiven = None, **read_options) -> Reading:
+    def open(self, source: str | Document, settings: Given | Plan = None, **read_options) -> Reading:
         """A Reading of `source`: the `.locret` file saved there, loaded, or the document there (a path, or `-` for
-        stdin), read. `settings` are whole ReadSettings, or only those given; a saved context keeps the settings it
-        was read with, and refuses others. `read_options` go to `read`."""
+        stdin), read. `settings` are a plan, whole ReadSettings, or only those given; a saved context keeps the
+        settings it was read with, and refuses others. `read_options` go to `read`."""
         if isinstance(source, Document) or not is_saved_context(source):
-            if not isinstance(settings, ReadSettings):
-                settings = self.read_settings(**(settings or {}))
             return self.read(source, settings, **read_options)
-        reading = self.load(source)
-        given = asdict(settings) if isinstance(settings, ReadSettings) else settings or {}
-        for name, value in given.items():
-            if value is not None and value != getattr(reading.settings, name):
-                raise SettingError(f"{{{name}}} is fixed when the document is read: {{path}} was read with "
-                                   f"{{used}}, not {{value}}", path=source, used=getattr(reading.settings, name),
-                                   value=value)
-        return reading
+        return self.load(source, settings if isinstance(settings, Plan) else self.plan(read=settings, source=source))
 
     def read(
         self,
         source: str | Document,
-        settings: ReadSettings | None = None,
+        settings: Given | Plan = None,
         on_progress: Callable[[Progress], None] | None = None,
         encoding: str | None = None,
         stdin: BinaryIO | None = None,
@@ -100,8 +109,9 @@ class Session:
         defer: bool = False,
     ) -> Reading:
         """Read `source` (an opened Document, a path, or `-` for stdin) once into a bounded cache; ask the Reading
-        as many questions as you like. Refuses (LocretError) a run estimated not to fit in free memory, unless
-        `force`. `policy` replaces the session's own (an evaluation's oracle, say).
+        as many questions as you like. `settings` are a plan (`plan`), which then decides `questions` and `defer`
+        too, or the read settings to plan with (whole, or those given). Refuses (LocretError) a run estimated not to
+        fit in free memory, unless `force`. `policy` replaces the session's own (an evaluation's oracle, say).
 
         `questions` steer the read only under a policy that reads with them (finch): they are read together after
         every chunk, and the Reading records them (`read_for`). Other policies ignore them, so the read stays
@@ -110,20 +120,16 @@ class Session:
         `defer` tokenizes the document and leaves the bounded read for the first answer that needs the cache
         (`Reading.read_now`): answers located by the question's words come from re-read windows alone. A read
         for questions (finch) is never deferred."""
-        warnings: list[str] = []
-        settings = (settings or self.read_settings()).checked(lambda w: warnings.append(str(w)))
+        plan = settings if isinstance(settings, Plan) else self.plan(read=settings, questions=questions, defer=defer)
+        settings, answering, read_for = plan.read, plan.answer, plan.read_for
         document = source if isinstance(source, Document) else open_document(source, encoding=encoding, stdin=stdin)
-        model, tokenizer = self.loaded.model, self.loaded.tokenizer
-        prefix = prompt_layout(tokenizer).head_ids
-        policy = policy or make_policy(self.policy, model, self.heads, settings.score_pool)
-        answering = self.answer_settings()
+        model, tokenizer, prefix = self.loaded.model, self.loaded.tokenizer, self._prefix
+        question_ids = conversation_ids(tokenizer, (), "\n".join(read_for)) if read_for else None
+        policy = policy or make_policy(self.policy, model, self.heads, score_pool=settings.score_pool,
+                                       question_length=len(question_ids or ()))
         if not force:
             self.check_memory(policy, settings, document, QUESTION_ALLOWANCE + answering.max_new_tokens)
         compute = self.ready_to_compute()
-        read_for = tuple(questions) if policy.reads_question else ()
-        for question in read_for:
-            check_question(question)
-        question_ids = conversation_ids(tokenizer, (), "\n".join(read_for)) if read_for else None
         engine = Engine(model, policy, settings, stop_token_ids(model, tokenizer), len(prefix), answering,
                         question_ids, self.line_ends, word_ids(tokenizer))
         engine.reader = self.reader
@@ -133,13 +139,13 @@ class Session:
         read_ids: list[torch.Tensor] = []
         chunks = kept_ids(token_chunks(document, tokenizer, settings.chunk_size, prefix, source_map), read_ids)
         pending, on_progress = None, sized(on_progress, document.unit, document.total_units)
-        if defer and not read_for:
+        if plan.defer:
             pending = PendingRead.tokenize(chunks, on_progress)
         else:
             engine.read(chunks, on_progress)
         read_s = engine.clock() - started
         input_ids = torch.cat(read_ids) if read_ids else torch.zeros(0, dtype=torch.int32)
-        warnings += past_positions(model.config, policy, settings, len(input_ids))
+        warnings = [*plan.warnings, *past_positions(model.config, policy, settings, len(input_ids))]
         info = DocumentInfo(document.name, document.kind, len(input_ids) - len(prefix), document.pages,
                             document.sha256, document.size_bytes, read_s)
         return Reading(engine, tokenizer, self.loaded.name, prefix, source_map, info, read_s,
@@ -151,16 +157,17 @@ class Session:
         """Read `source` (for `question`, under a policy that reads with it) and answer `question` from it:
         `read(..., questions=[question], defer=True).ask(question)`: the bounded read runs only if the answer needs
         it."""
-        check_question(question)
         reading = self.read(source, settings, questions=[question], **{"defer": True, **read_options})
         return reading.ask(question, answering, sources=sources, on_read=read_options.get("on_progress"))
 
-    def load(self, path: str) -> Reading:
-        """The Reading saved at `path` by `save_reading` (`locret read -o`), without the document."""
+    def load(self, path: str, plan: Plan | None = None) -> Reading:
+        """The Reading saved at `path` by `save_reading` (`locret read -o`), without the document, answering with
+        `plan`'s answer settings (default: this session's)."""
         from locret_cli.api.saved_context import load_reading
 
+        plan = plan or self.plan(source=path)
         reading = load_reading(path, self.loaded.model, self.loaded.tokenizer, self.loaded.name, self.heads,
-                               self.answer_settings())
+                               plan.answer)
         reading.compute = self.ready_to_compute()
         reading.forms = self.loaded.forms
         reading.engine.reader = self.reader
@@ -212,20 +219,15 @@ def kept_ids(chunks: Iterable[TokenChunk], into: list[torch.Tensor]) -> Iterator
         yield chunk
 
 
-def load_session(model: str | ModelSpec | None = None, heads: str | None = None, policy: str = DEFAULT_POLICY,
-                 device: str = "auto", dtype: str = "auto", load_4bit: bool = False,
-                 trust_remote_code: bool = False, heads_required: bool = True, load_8bit: bool = False,
-                 max_memory: str | None = None, reader: str | None = None, compile_decode: bool = False) -> Session:
-    """Load a model and the heads the policy needs: a ModelSpec, or its fields as arguments (the embedded default
-    when `model` is None). Heads come from `heads`, else those shipped for this model (`models/shipped.py`), whose
-    recorded engine settings then become the defaults (for every policy). The reader comes from `reader` (a
-    directory, or "off"), else the one shipped for the model, if any. A session that only answers from saved
-    contexts needs no heads: pass heads_required=False. With `compile_decode`, answers decode with a step compiled
-    whole (`core/compiled_step.py`)."""
-    spec = model if isinstance(model, ModelSpec) else ModelSpec(model, heads, policy, device, dtype, load_4bit,
-                                                                 load_8bit, trust_remote_code, max_memory=max_memory,
-                                                                 reader=reader, compile_decode=compile_decode)
-    session = _loaded_session(spec, heads_required)
+def load_session(model: str | ModelSpec | None = None, *, heads_required: bool = True, **options) -> Session:
+    """Load a model and the heads the policy needs: a ModelSpec, or its fields as arguments (`model` None: the
+    embedded model; `options` are ModelSpec's other fields, such as heads, policy, device, dtype, reader). Heads come
+    from `heads`, else those shipped for this model (`models/shipped.py`), whose recorded engine settings then become
+    the defaults (for every policy). The reader comes from `reader` (a directory, or "off"), else the one shipped for
+    the model, if any. A session that only answers from saved contexts needs no heads: pass heads_required=False.
+    With `compile_decode`, answers decode with a step compiled whole (`core/answer/compiled_step.py`)."""
+    spec = model if isinstance(model, ModelSpec) else ModelSpec(model, **options)
+    session = _loaded_session(spec.checked(), heads_required)
     if spec.compile_decode:
         compiled_decoding(session.loaded.model)
     return session
@@ -245,17 +247,11 @@ def _loaded_session(spec: ModelSpec, heads_required: bool) -> Session:
     if spec.arch is not None:
         from locret_cli.models.arch import random_session_parts
 
-        if spec.load_4bit or spec.max_memory:
-            raise SettingError("{load_4bit} and {max_memory} apply to {model}; {arch} builds its random weights in "
-                               "memory, in {dtype}")
         loaded, heads = random_session_parts(spec.arch, spec.device, spec.dtype, spec.load_8bit)
         return Session(loaded, heads, spec.policy, chosen_reader(spec.reader, None, loaded.model))
     if spec.model is None:
         from locret_cli.models.embedded import load_embedded
 
-        if spec.load_4bit or spec.load_8bit or spec.max_memory:
-            raise SettingError("{load_4bit}, {load_8bit} and {max_memory} apply to {model}; the embedded model is "
-                               "already tiny")
         loaded, embedded_heads = load_embedded(spec.device, spec.dtype)
         return Session(loaded, load_heads(spec.heads, loaded.model) if spec.heads else embedded_heads, spec.policy,
                        chosen_reader(spec.reader, None, loaded.model))

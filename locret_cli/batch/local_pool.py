@@ -31,7 +31,7 @@ def usable_cores() -> int:
 
 
 def default_workers(device: str) -> int:
-    """Two CPU workers where there are two cores or more (on 2 cores, 2 one-thread workers read 14% faster than one
+    """Two CPU workers where there are two cores or more (on 2 cores, 2 one-thread workers read faster than one
     two-thread worker: docs/batch.md); one on a GPU, which a second copy of the model would only share."""
     if device == "cuda":
         return 1

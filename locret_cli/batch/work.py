@@ -15,7 +15,7 @@ from pathlib import Path
 
 from locret_cli.batch.answer_log import row_key
 from locret_cli.batch.inputs import Job
-from locret_cli.core.settings import settings_json, split_given
+from locret_cli.settings import settings_json, split_given
 from locret_cli.errors import LocretError
 from locret_cli.models.spec import ModelSpec
 
@@ -63,9 +63,8 @@ class DocumentWorker:
         quiet_libraries()
         self.spec = spec
         self.session = load_session(spec.model)
-        read, answer = split_given(spec.settings)
-        self.settings = self.session.read_settings(**read)
-        self.answering = self.session.answer_settings(**answer)
+        self.read, self.given_answer = split_given(spec.settings)
+        self.answering = self.session.plan(self.read, self.given_answer).answer
         self.sources = SOURCES_SHOWN if spec.sources else 0
         self.name = f"{socket.gethostname()}:{os.getpid()}"
 
@@ -94,9 +93,10 @@ class DocumentWorker:
         if self.spec.save_contexts:
             saved = Path(self.spec.save_contexts) / f"{Path(job.source).stem}-{job.sha256[:12]}.locret"
             if saved.exists():  # refused if it was read with other settings
-                return self.session.open(str(saved), self.settings)
-        reading = self.session.open(job.source, self.settings, on_progress=progress, questions=job.questions,
-                                    defer=not saved)
+                return self.session.open(str(saved), self.session.plan(self.read, self.given_answer,
+                                                                       source=str(saved)))
+        plan = self.session.plan(self.read, self.given_answer, questions=job.questions, defer=not saved)
+        reading = self.session.open(job.source, plan, on_progress=progress)
         if saved:
             from locret_cli.api.saved_context import save_reading
 

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 
 import torch
 
-from locret_cli.core.decode_step import counting_steps
+from locret_cli.core.answer.decode_step import counting_steps
 from locret_cli.core.shape import ModelShape
 
 

@@ -11,12 +11,11 @@ import typer
 from rich.console import Console
 
 from locret_cli.cli import options
-from locret_cli.cli.app import WITHHELD_EXIT, app, domain_errors
+from locret_cli.cli.app import WITHHELD_EXIT, app, domain_errors, render
 from locret_cli.cli.option_groups import ANSWERING, MODEL, OUTPUT_PANEL, READING, option_groups
-from locret_cli.core.settings import settings_json
+from locret_cli.settings import settings_json
 from locret_cli.errors import LocretError
 from locret_cli.files import CONTEXT_SUFFIX, check_output
-from locret_cli.inputs.questions import check_question
 from locret_cli.models.spec import ModelSpec
 
 
@@ -48,14 +47,12 @@ def read(
     if kept_map:
         check_output(kept_map, force, ".png")
     read_for = (questions or []) + (load_questions(questions_file) if questions_file else [])
-    for text in read_for:
-        check_question(text)
     session, reading, _ = options.open_reading(source, spec, read, {}, err, quiet, encoding, force, read_for)
     from locret_cli.api.saved_context import save_reading  # imported by now, with torch, in `open_reading`
     from locret_cli.cli.report import saved_table
 
     for message in reading.warnings:
-        err.print(f"[yellow]warning:[/] {message}")
+        err.print(f"[yellow]warning:[/] {render(message)}")
     if read_for and not reading.read_for:
         err.print(f"[yellow]warning:[/] questions steer only --policy finch; {reading.policy_name} read the "
                   "document question-agnostic")
@@ -99,19 +96,18 @@ def ask(
     asked += load_questions(questions_file) if questions_file else []
     if not asked:
         raise LocretError("give a QUESTION, one or more -Q, or --questions FILE")
-    for text in asked:
-        check_question(text)
     if as_json and as_jsonl:
         raise LocretError("choose one of --json and --jsonl")
     if kept_map:
         check_output(kept_map, False, ".png")
-    _, reading, answering = options.open_reading(source, spec, read, answer, err, quiet, encoding, force,
-                                                 questions=asked, defer=not (read_first or kept_map))
+    _, reading, plan = options.open_reading(source, spec, read, answer, err, quiet, encoding, force,
+                                            questions=asked, defer=not (read_first or kept_map))
+    answering = plan.answer
     from locret_cli.api.reading import SOURCES_SHOWN  # imported by now, with torch, in `open_reading`
     from locret_cli.cli.report import DocumentProgress
 
     for message in reading.warnings:
-        err.print(f"[yellow]warning:[/] {message}")
+        err.print(f"[yellow]warning:[/] {render(message)}")
     results = []
     for text in asked:
         for message in [] if quiet else reading.answer_warnings(text, answering):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -14,7 +13,6 @@ from rich.console import Console
 from locret_cli.cli import options
 from locret_cli.cli.app import app, domain_errors
 from locret_cli.cli.option_groups import ANSWERING, MODEL, OUTPUT_PANEL, READING, option_groups
-from locret_cli.core.settings import DEFAULT_POLICY
 from locret_cli.errors import LocretError
 from locret_cli.models.spec import ModelSpec
 
@@ -48,7 +46,7 @@ def batch(
     from locret_cli.batch.answer_log import AnswerLog
     from locret_cli.batch.inputs import expand_inputs
     from locret_cli.batch.local_pool import LocalPool, default_workers, usable_cores
-    from locret_cli.batch.runner import input_order, run_batch
+    from locret_cli.batch.scheduler import input_order, run_batch
     from locret_cli.batch.work import WorkerSpec
     from locret_cli.cli.report import BatchBar, batch_table
 
@@ -57,7 +55,7 @@ def batch(
         raise LocretError(f"--save-contexts {save_contexts} is not a directory")
     jobs = expand_inputs(inputs, questions_file, exclude=(out,))
     local_workers = workers or (None if ray else default_workers(spec.device))
-    model_spec = replace(spec, policy=spec.policy or DEFAULT_POLICY)
+    model_spec = spec.checked()
     worker = WorkerSpec(model_spec, read | answer, not no_sources,
                       str(Path(save_contexts).resolve()) if save_contexts else None,
                       threads or (None if ray else max(1, usable_cores() // local_workers)))

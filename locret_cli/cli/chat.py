@@ -39,22 +39,21 @@ def chat(
 
     if source == "-":
         raise LocretError("chat reads its questions from the terminal: give a file, not -")
-    if history_tokens is not None and history_tokens < 0:
-        raise LocretError(f"--history-tokens must be zero or more, got {history_tokens}")
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     out = Console(highlight=False, soft_wrap=True)
-    session, reading, answering = options.open_reading(source, spec, read, answer, err, False, encoding, force,
-                                                       defer=True)
-    from locret_cli.api.conversation import HISTORY_TOKENS, Conversation  # with torch, imported by `open_reading`
+    session, reading, plan = options.open_reading(source, spec, read, answer, err, False, encoding, force,
+                                                  defer=True, history_tokens=history_tokens)
+    from locret_cli.api.conversation import Conversation  # with torch, imported by `open_reading`
 
-    if history_tokens is None:
-        history_tokens = session.loaded.defaults.get("history_tokens", HISTORY_TOKENS)
+    history_tokens = plan.history_tokens
+    for message in reading.warnings:
+        err.print(f"[yellow]warning:[/] {render(message)}")
     how = (f"loaded from {reading.loaded_from} in {reading.read_s:.3f} s (read in {reading.document.read_s:.1f} s)"
            if reading.loaded_from else f"read in {reading.read_s:.1f} s" if reading.pending is None else
            f"tokenized in {reading.read_s:.1f} s (the bounded read runs for the first answer that needs it)")
     err.print(f"[bold]{reading.document.name}[/]: {reading.document.tokens:,} tokens, {how}; earlier turns kept: "
               f"{history_tokens:,} tokens. {HELP}")
-    run_chat(Conversation(reading, history_tokens, answering), lambda: input("> "), out, err, session.heads)
+    run_chat(Conversation(reading, history_tokens, plan.answer), lambda: input("> "), out, err, session.heads)
 
 
 def run_chat(conversation, read_line: Callable[[], str], out: Console, err: Console, heads=None) -> None:

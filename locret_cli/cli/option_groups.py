@@ -1,6 +1,6 @@
 """Option groups shared by `read`, `ask`, `chat` and `batch`, each option declared once.
 
-The reading and answering options are made from the settings' own declarations (`core/settings.py`: name, type,
+The reading and answering options are made from the settings' own declarations (`settings.py`: name, type,
 default, help, bounds); the model options are declared here. `@option_groups(MODEL, READING, ANSWERING)` adds a
 group's options to a command, each in its help panel, and hands the command what they add up to: `spec` (a
 ModelSpec), `read` and `answer` (the settings given, by name; those left out take the model's recorded defaults).
@@ -21,7 +21,7 @@ from typing import Annotated, Callable, Optional
 
 import typer
 
-from locret_cli.core.settings import DEFAULT_POLICY, POLICY_NAMES, AnswerSettings, ReadSettings, shown_value
+from locret_cli.settings import DEFAULT_POLICY, POLICY_NAMES, AnswerSettings, ReadSettings, shown_value
 from locret_cli.models.spec import ModelSpec
 
 MODEL_PANEL, READING_PANEL, ANSWERING_PANEL = "Model", "Reading (fixed once the document is read)", "Answering"
@@ -59,17 +59,22 @@ Resume = Annotated[bool, typer.Option("--resume", help="Continue from the newest
 Overwrite = Annotated[bool, typer.Option("--overwrite", help="Replace what a finished run left in --out.")]
 TrustRemoteCode = Annotated[bool, typer.Option("--trust-remote-code", help="Run the model repo's own code. Off unless "
                                                "asked.", rich_help_panel=MODEL_PANEL)]
+Arch = Annotated[Optional[str], typer.Option(
+    "--arch", help="A shape preset with random weights: smollm2-135m, qwen2.5-0.5b, qwen2.5-1.5b, llama-3.2-1b, "
+                   "llama-3.1-8b, phi-3-mini-128k, gemma3-1b, gemma3-4b or gemma3-12b (each gemma3 also as -global: "
+                   "every layer global). Speed and memory only.", rich_help_panel=MODEL_PANEL)]
 
 
-def model_options() -> list[inspect.Parameter]:
-    """The options that say which model to load and how: ModelSpec's fields, as flags."""
+def model_options(shapes: bool = False) -> list[inspect.Parameter]:
+    """The options that say which model to load and how: ModelSpec's fields, as flags. With `shapes` (the bench,
+    whose rows name the policies), --arch in place of --policy."""
     others = [name for name in POLICY_NAMES if name != DEFAULT_POLICY]
     policy = Annotated[Optional[str], typer.Option(
         "--policy", help=f"Eviction policy: {DEFAULT_POLICY} (default), {', '.join(others[:-1])} or {others[-1]}.",
         rich_help_panel=MODEL_PANEL)]
-    declared = [("model", ModelName, None), ("heads", Heads, None), ("reader", Reader, None), ("policy", policy, None),
-                ("device", Device, "auto"), ("dtype", Dtype, "auto"), ("load_4bit", Load4bit, False),
-                ("load_8bit", Load8bit, False), ("max_memory", MaxMemory, None),
+    declared = [("model", ModelName, None), ("arch", Arch, None) if shapes else ("policy", policy, None),
+                ("heads", Heads, None), ("reader", Reader, None), ("device", Device, "auto"), ("dtype", Dtype, "auto"),
+                ("load_4bit", Load4bit, False), ("load_8bit", Load8bit, False), ("max_memory", MaxMemory, None),
                 ("trust_remote_code", TrustRemoteCode, False), ("compile_decode", CompileDecode, False)]
     return [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
             for name, annotation, default in declared]
@@ -103,8 +108,11 @@ def given_only(options: dict) -> dict:
 
 
 MODEL = Group("spec", model_options, lambda given: ModelSpec(**given))
+SHAPES = Group("spec", lambda: model_options(shapes=True), lambda given: ModelSpec(**given))  # the bench's
 READING = Group("read", lambda: setting_options(ReadSettings, READING_PANEL), given_only)
 ANSWERING = Group("answer", lambda: setting_options(AnswerSettings, ANSWERING_PANEL), given_only)
+SETTINGS = Group("settings", lambda: setting_options(ReadSettings, READING_PANEL) +  # the bench's: every one
+                 setting_options(AnswerSettings, ANSWERING_PANEL), given_only)
 
 
 def option_groups(*groups: Group):

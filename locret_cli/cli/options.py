@@ -5,15 +5,13 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from contextlib import nullcontext
-from dataclasses import replace
 from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
 
 from locret_cli.cli.option_groups import OUTPUT_PANEL, READING_PANEL
-from locret_cli.core.settings import DEFAULT_POLICY
-from locret_cli.errors import LocretError, SettingError
+from locret_cli.errors import LocretError
 from locret_cli.files import is_saved_context
 
 Encoding = Annotated[Optional[str], typer.Option(help="Text encoding of the input. Default: UTF-8, or as its BOM says.", rich_help_panel=OUTPUT_PANEL)]
@@ -26,12 +24,12 @@ ReadFirst = Annotated[bool, typer.Option("--read-first", rich_help_panel=READING
 
 def open_reading(source: str, spec, read: dict, answer: dict, err: Console, quiet: bool,
                  encoding: Optional[str] = None, force: bool = False, questions: Sequence[str] = (),
-                 defer: bool = False):
-    """(session, reading, answer settings): `Session.open` of `source` (a `.locret` file, or a document read with a
-    progress bar, for `questions` under a policy that reads with them; with `defer`, tokenized and its bounded read
-    left for the first answer that needs it) with the `spec` model. For a saved context, the policy and read
-    settings are the file's: giving others is an error; `answer` (max_new_tokens, temperature, top_p, seed) may
-    change."""
+                 defer: bool = False, history_tokens: Optional[int] = None):
+    """(session, reading, plan): the run's plan (`api/plan.py`) with the `spec` model and the settings given, and
+    `source` opened by it: a `.locret` file loaded (its policy and read settings are the file's: giving others is an
+    error), or a document read with a progress bar (for `questions` under a policy that reads with them; with
+    `defer`, tokenized and its bounded read left for the first answer that needs it). The plan's warnings are
+    the reading's (`Reading.warnings`)."""
     from locret_cli.cli.app import render
     from locret_cli.inputs.documents import open_document
 
@@ -45,27 +43,19 @@ def open_reading(source: str, spec, read: dict, answer: dict, err: Console, quie
     # torch and transformers come in with these, after the document has opened: a missing or unreadable one is
     # reported at once, and a PDF's pages are extracted by a second process meanwhile
     from locret_cli.api import load_session
-    from locret_cli.api.saved_context import read_header
+    from locret_cli.api.plan import checked_spec
     from locret_cli.cli.report import DocumentProgress
     from locret_cli.models.library_logs import quiet_libraries
 
     quiet_libraries()
-    if saved:
-        policy = read_header(source)["policy"]
-        if spec.policy and spec.policy != policy:
-            raise SettingError("{path} was read with {policy} {saved}, not {given}", path=source, saved=policy,
-                               given=spec.policy)
-        spec = replace(spec, policy=policy)
-    spec = replace(spec, policy=spec.policy or DEFAULT_POLICY)
+    spec = checked_spec(spec, source)
     with err.status(f"loading {spec.model or 'the embedded model'}", spinner="dots") if not quiet else nullcontext():
         session = load_session(spec, heads_required=not saved)
     if spec.model is None and not quiet:
         warn(f"no --model given: using the {session.loaded.name}")
-    answering = session.answer_settings(**answer)
+    plan = session.plan(read, answer, source=source, questions=questions, defer=defer, history_tokens=history_tokens)
     if saved:
-        return session, session.open(source, read), answering
-    settings = session.read_settings(warn, **read)
+        return session, session.load(source, plan), plan
     with DocumentProgress(err, enabled=not quiet) as progress:
-        reading = session.open(document, settings, on_progress=progress.update, force=force, questions=questions,
-                               defer=defer)
-    return session, reading, answering
+        reading = session.read(document, plan, on_progress=progress.update, force=force)
+    return session, reading, plan

@@ -9,13 +9,13 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from locret_cli.core.units import human_bytes
+from locret_cli.units import human_bytes
 
 if TYPE_CHECKING:
     from locret_cli.api.answer import AskResult
     from locret_cli.api.reading import Reading
     from locret_cli.api.saved_context import SavedContext
-    from locret_cli.core.sources import Source
+    from locret_cli.inputs.sources import Source
 
 ROUTE_NAMES = {"bounded-cache": "the bounded cache", "windows": "re-read windows"}  # `api/routes.py`
 

@@ -52,6 +52,7 @@ def train(
     """Train retaining heads for MODEL on prompt/answer DATA and save them in OUT."""
     from locret_cli.cli.report import TrainProgress, train_table
     from locret_cli.models.loading import load_model
+    from locret_cli.models.spec import ModelSpec
     from locret_cli.training import TrainConfig, train_heads
 
     quiet_libraries()
@@ -60,6 +61,7 @@ def train(
                          clip_value=clip_value, smooth_weight=smooth_weight, rank_weight=rank_weight,
                          keep_weight=keep_weight, keep_against=keep_against, hidden=hidden,
                          save_every=save_every, eval_fraction=eval_fraction, seed=seed)
+    ModelSpec(model, device=device, dtype=dtype, load_4bit=load_4bit, trust_remote_code=trust_remote_code).checked()
     with err.status(f"loading {model}", spinner="dots"):
         loaded = load_model(model, device, dtype, load_4bit, trust_remote_code)
     with TrainProgress(err, steps) as progress:

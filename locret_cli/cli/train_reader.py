@@ -13,7 +13,6 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, T
 
 from locret_cli.cli.app import app, domain_errors
 from locret_cli.cli.option_groups import MODEL, Overwrite, Resume, SaveEvery, option_groups
-from locret_cli.core.settings import DEFAULT_POLICY
 from locret_cli.errors import SettingError
 from locret_cli.models.library_logs import quiet_libraries
 from locret_cli.models.spec import ModelSpec
@@ -63,7 +62,7 @@ def train_reader(
     config = ReaderConfig(steps=steps, rank=rank, alpha=alpha, lr=lr, kept_share=(kept_min, kept_max),
                           uncut_share=uncut_share, save_every=save_every, seed=seed, min_kept_share=min_kept_share)
     with err.status(f"loading {spec.model or 'the embedded model'}", spinner="dots"):
-        session = load_session(replace(spec, policy=spec.policy or DEFAULT_POLICY, reader="off"))
+        session = load_session(replace(spec, reader="off"))
     bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), TaskProgressColumn(),
                    TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
                    console=err, transient=True)

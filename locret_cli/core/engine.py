@@ -10,27 +10,26 @@ import copy
 import time
 from collections.abc import Callable, Iterable
 from contextlib import ExitStack
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 
-from locret_cli.core.cache import LocretCache
-from locret_cli.core.cache_attention import applies_to, use_cache_attention
-from locret_cli.core.capture import capture_qkv
-from locret_cli.core.document_numbers import DocumentNumbers
-from locret_cli.core.citations import AttentionTally
-from locret_cli.core.compiled_step import decode_step_for
-from locret_cli.core.lazy_prefill import check_lazy, flowing_tokens, lazy_layers
+from locret_cli.core.cache.bounded import LocretCache
+from locret_cli.core.attention.over_cache import applies_to, use_cache_attention
+from locret_cli.core.attention.capture import capture_qkv
+from locret_cli.inputs.document_numbers import DocumentNumbers
+from locret_cli.core.answer.citations import AttentionTally
+from locret_cli.core.answer.compiled_step import decode_step_for
+from locret_cli.core.lazy_prefill import flowing_tokens, lazy_layers
 from locret_cli.core.policies import Policy, select
-from locret_cli.core.probe import observe_attention
+from locret_cli.core.attention.probe import observe_attention
 from locret_cli.core.profile_marks import CAPTURE, FREQUENCIES, mark
-from locret_cli.core.reader import ReaderAdapter, reading_with
-from locret_cli.core.rope import SLIDING, changes_with_length, frequencies_for, rotary_module
-from locret_cli.core.settings import AnswerSettings, ReadSettings
+from locret_cli.core.answer.reader import ReaderAdapter, reading_with
+from locret_cli.core.attention.rope import SLIDING, changes_with_length, frequencies_for, rotary_module
+from locret_cli.settings import AnswerSettings, ReadSettings
 from locret_cli.core.shape import layer_windows
-from locret_cli.core.sources import TokenChunk
+from locret_cli.inputs.sources import TokenChunk
 from locret_cli.core.transformers_internals import cache_kwargs
-from locret_cli.errors import SettingError
 
 QUESTION_ALLOWANCE = 256  # tokens a question is assumed to take when a document is read before it is asked
 SLIDE_SLACK = 64  # while answering, a sliding layer drops its oldest entries once it holds this many too many
@@ -79,35 +78,24 @@ class Engine:
 
     An answer ends at a token of `stop_ids`, and, once it has begun, at one of `line_ends` (a base model's answer is
     one line: `prompt.line_end_ids`). With `word_repeats` off, a token of `words` (`prompt.word_ids`) never follows
-    itself."""
+    itself.
+
+    The settings are taken as they are: a run's plan (`api/plan.py`) has checked them for this model and policy."""
 
     def __init__(self, model, policy: Policy, settings: ReadSettings, stop_ids: set[int], pinned: int = 0,
                  answering: AnswerSettings = AnswerSettings(), question_ids: list[int] | None = None,
                  line_ends: frozenset[int] = frozenset(), words: frozenset[int] = frozenset()):
-        if policy.reads_question and not question_ids:
-            raise SettingError("the {policy} {policy_value} policy reads the document with its questions: ask "
-                               "FILE QUESTION, or give {questions}", policy_value=policy.name)
-        if policy.evicts and pinned + settings.stabilizers > settings.budget:
-            raise SettingError(
-                "the prompt's opening ({pinned} tokens, never evicted) and {stabilizers} {stabilizers_value} do not "
-                "fit in {budget} {budget_value}; raise {budget} or lower {stabilizers}",
-                pinned=pinned, stabilizers_value=settings.stabilizers, budget_value=settings.budget)
         layers = model.config.get_text_config(decoder=True).num_hidden_layers
         windows = layer_windows(model.config)
-        if policy.prunes and not settings.lazy_after:  # LazyLLM prunes from a quarter of the way up
-            settings = replace(settings, lazy_after=max(1, layers // 4))
-        check_lazy(settings, policy, layers, sliding=any(windows))
         self.model, self.policy, self.settings, self.stop_ids, self.pinned = model, policy, settings, stop_ids, pinned
         self.line_ends, self.words = line_ends, words
         self.numbers: DocumentNumbers | None = None  # what numbers_from_document allows (`Reading.ask` sets it)
         self.answering = answering
         self.read_question_ids = list(question_ids or []) if policy.reads_question else []
-        if self.read_question_ids:
-            policy.question_length = len(self.read_question_ids)
         self.device = model.device
         self.rotary = rotary_module(model)
         self.dynamic_frequencies = changes_with_length(self.rotary)
-        self.mask_free = applies_to(model)  # attention over the cache without a mask (`cache_attention.py`)
+        self.mask_free = applies_to(model)  # attention over the cache without a mask (`attention/over_cache.py`)
         self.step = decode_step_for(model)  # one token's forward: our own glue, or compiled whole
         room = settings.budget + settings.chunk_size + QUESTION_ALLOWANCE + answering.max_new_tokens
         room = room if policy.evicts else 0
@@ -117,7 +105,7 @@ class Engine:
         self.document_tokens = self.kept_tokens = 0
         self.pruned_tokens = 0  # lazy prefill: chunk tokens that skipped the layers above the cut, summed
         self.generator = torch.Generator(device="cpu").manual_seed(answering.seed)
-        self.reader: ReaderAdapter | None = None  # in force for answers only (`core/reader.py`)
+        self.reader: ReaderAdapter | None = None  # in force for answers only (`core/answer/reader.py`)
 
     def read(self, chunks: Iterable[TokenChunk], on_progress: Callable[[Progress], None] | None = None) -> None:
         """Stream the document through the bounded cache. Eviction does not depend on the question, so one read can

@@ -26,9 +26,9 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
-from locret_cli.core.capture import attention_layers
+from locret_cli.core.attention.capture import attention_layers
 from locret_cli.core.policies.base import Policy, select
-from locret_cli.core.settings import ReadSettings
+from locret_cli.settings import ReadSettings
 from locret_cli.errors import LocretError, SettingError
 
 # decide() -> the indices (K,) of the chunk's tokens that flow above layer L, ascending, or None when all do

@@ -2,7 +2,7 @@
 
 `benchmarks/profile_engine.py` splits each prefill chunk and decode step into linear layers, attention, retaining
 heads, capture, top-k and gather, re-rotation and the rest by these names. `record_function` alone costs a few
-microseconds per call even with no profiler running, which is 2% of a decode step here, so the range is only opened
+microseconds per call even with no profiler running, a visible share of a decode step, so the range is only opened
 while a profiler records.
 """
 

@@ -1,6 +1,6 @@
 """A PDF's pages' text, one page at a time: opened and checked here, extracted here or by a second Python process.
 
-Extracting a page's text is pure Python (pypdf), about 6 ms a page on 2 cores, and a command spends its first
+Extracting a page's text is pure Python (pypdf; docs/performance.md, item 9), and a command spends its first
 seconds importing torch and transformers, which is pure Python too: a thread could not run beside it. So with
 `prefetch`, a second interpreter (`python -m locret_cli.inputs.pdf_pages FILE`) starts as the document opens and
 extracts pages while this one imports, up to `PREFETCH_PAGES` ahead of the reader. It sends each page as one JSON

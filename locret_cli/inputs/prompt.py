@@ -10,7 +10,7 @@ import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from locret_cli.core.document_numbers import SPACE_FORMS
+from locret_cli.inputs.document_numbers import SPACE_FORMS
 from locret_cli.errors import LocretError
 from locret_cli.inputs.tokenizer import encode_text
 

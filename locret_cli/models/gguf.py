@@ -56,7 +56,7 @@ def shape(path: Path) -> ModelShape:
 def header(path: Path, keys: tuple[str, ...], required: int = 1) -> dict:
     """The values of `keys` in the header, of which the first `required` must be there; refuses a file that is
     missing or not GGUF. The pairs are read up to the last key wanted, the other values skipped unparsed:
-    `GGUFReader` would parse every field, the tokenizer's vocabulary included, which took 3 s for SmolLM2's file."""
+    `GGUFReader` would parse every field, the tokenizer's vocabulary included, which is slow for a real model."""
     if not path.is_file():
         raise LocretError(f"no such GGUF file: {path}")
     require_packages()

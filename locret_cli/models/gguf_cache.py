@@ -1,9 +1,10 @@
 """A converted copy of each GGUF file loaded, so later loads skip the conversion.
 
 transformers builds a GGUF file's tokenizer from the vocabulary in its header and dequantizes every tensor, each
-time: for Gemma 3 270M that is most of a minute on 2 cores, where reading the same model and tokenizer back from a
-safetensors checkpoint takes a few seconds. The first load writes that checkpoint (`gguf.save_dequantized`) under
-the cache folder, named by the file's SHA-256 and the dtype; later loads of the same bytes in the same dtype read it.
+time: for a vocabulary as large as Gemma 3's that is most of a load (docs/gemma3.md), where reading the same model
+and tokenizer back from a safetensors checkpoint is quick. The first load writes that checkpoint
+(`gguf.save_dequantized`) under the cache folder, named by the file's SHA-256 and the dtype; later loads of the same
+bytes in the same dtype read it.
 
 The folder is `$LOCRET_CACHE_DIR`, else `$XDG_CACHE_HOME/locret`, else `~/.cache/locret`; `LOCRET_CACHE_DIR=`
 (empty) turns the copy off. A copy is complete only once its marker file is written last, so an interrupted write is

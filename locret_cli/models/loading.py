@@ -10,8 +10,8 @@ from typing import Protocol
 
 import torch
 
-from locret_cli.core.capture import check_projections
-from locret_cli.core.rope import check_supported
+from locret_cli.core.attention.capture import check_projections
+from locret_cli.core.attention.rope import check_supported
 from locret_cli.errors import LocretError, SettingError
 from locret_cli.inputs.tokenizer import TIKTOKEN_FILE, TiktokenTokenizer
 from locret_cli.runtime.dtype_probe import DtypeChoice, measured_cpu_dtype
@@ -81,31 +81,19 @@ def load_model(
     """Load a causal LM and its tokenizer by Hub id, local directory, GGUF file or known short name
     (`models/named.py`), and check locret can drive it. `load_4bit`: bitsandbytes nf4 weights; `load_8bit`: every
     linear layer's weights in int8 (`runtime/int8_linear.py`), from any source, GGUF files included; `max_memory`
-    (a size, such as 2GiB): the weights held in memory, the rest read from disk as they run (`runtime/offload.py`)."""
+    (a size, such as 2GiB): the weights held in memory, the rest read from disk as they run (`runtime/offload.py`).
+    Which of these combine is `ModelSpec.checked`'s to say, before this is called."""
     from transformers import AutoModelForCausalLM
 
     from locret_cli.models import gguf, gguf_cache, named
     from locret_cli.runtime import offload
 
-    if load_4bit and load_8bit:
-        raise SettingError("choose {load_4bit} or {load_8bit}, not both")
     torch_device = resolve_device(device)
     choice = choose_dtype(dtype, torch_device)
     torch_dtype = choice.dtype
     source = named.resolve(name)
     cap = None if max_memory is None else offload.parse_size(max_memory)
-    if cap is not None and (load_4bit or load_8bit or torch_device.type != "cpu"):
-        raise SettingError("{max_memory} keeps bf16, fp16 or fp32 weights on disk for the CPU; it does not combine "
-                           "with {load_4bit}, {load_8bit} or {device} cuda")
-    if cap is not None and gguf.is_gguf(source):
-        raise SettingError("{max_memory} reads weights from a safetensors checkpoint, and transformers cannot leave a "
-                           "GGUF file's on disk: convert it once with `locret convert {source} DIR`, then pass "
-                           "{model} DIR", source=name)
     if gguf.is_gguf(source):
-        if load_4bit:
-            raise SettingError(
-                "{load_4bit} applies to Hub and safetensors checkpoints; a GGUF file is already quantized"
-            )
         try:
             model, tokenizer = gguf_cache.load(Path(source), torch_dtype, trust_remote_code)
         except (OSError, ValueError) as exc:

@@ -2,11 +2,11 @@
 
 A decode step multiplies one row by every weight, so its time is the time to read the weights: int8 halves the
 bytes. torch's `_weight_int8pack_mm` multiplies a bf16 or fp32 row by int8 weights directly. For a prefill chunk
-that kernel is about 3× slower than a bf16 product on AMD Zen 4 (docs/systems.md), so a chunk dequantizes the weight
+that kernel is several times slower than a bf16 product (docs/systems.md), so a chunk dequantizes the weight
 first (a few per cent over the bf16 product) and multiplies as usual.
 
 The maintained libraries were measured first, on the same CPU and shapes: torchao 0.18's int8 weight-only linear
-casts the whole int8 weight to bf16 at every call, and bitsandbytes 0.50's 8-bit linear runs 5-30× slower than bf16
+casts the whole int8 weight to bf16 at every call, and bitsandbytes 0.50's 8-bit linear runs far slower than bf16
 on the CPU. Both made decode slower, not faster (docs/systems.md).
 
 Quantization is symmetric: scale = max |w| of the row / 127, rounded to the model's dtype first, so that

@@ -1,7 +1,7 @@
 """Attention over locret's cache by a small C kernel of its own, built on this machine for AVX-512 BF16.
 
-torch's CPU flash kernel runs at 120-165 GFLOP/s on AMD Zen 4 and Zen 5, a sixth to a quarter of their bf16 product
-rate, and a chunk's attention over the kept entries was most of a bounded read there (docs/cpus.md).
+torch's CPU flash kernel runs at a fraction of the CPU's bf16 product rate, and a chunk's attention over the kept
+entries was most of a bounded read on the CPUs measured (docs/cpus.md).
 `native/flash_bf16.c` computes what torch's flash kernel does (bf16 products summed in fp32, an online softmax in
 fp32, probabilities rounded to bf16 for the values' product) for a chunk, its causal part and the kept entries in one
 pass, with no key copied for the heads that share one; and, by a second function that reads the keys as stored, for
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from locret_cli.core.cache_attention import split_attention, use_attention_kernel
+from locret_cli.core.attention.over_cache import split_attention, use_attention_kernel
 from locret_cli.runtime.dtype_probe import cache_file, cpu_name, cpuinfo, machine_key, measured_once
 
 SOURCE = Path(__file__).parent / "native" / "flash_bf16.c"

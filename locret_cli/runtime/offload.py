@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 
 from locret_cli.core.measure import weight_bytes
-from locret_cli.core.units import human_bytes
+from locret_cli.units import human_bytes
 from locret_cli.errors import SettingError
 
 UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,

@@ -3,7 +3,7 @@
 For layer l, KV head g and prompt token k: label = max over answer positions p and query heads h of g's group of
 the pre-softmax score (Q Kᵀ)[h, p, k] · scaling, with Q and K post-RoPE as the model computes them.
 
-The scores are taken inside the model's own attention call (`probe.py`), from the real query and key after any
+The scores are taken inside the model's own attention call (`core/attention/probe.py`), from the real query and key after any
 q/k norm and RoPE, and reduced block by block, so no T×T matrix is ever built. Training computes them in the same
 forward that feeds the heads (`trainer.py`); `compute_labels` is the standalone form.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from locret_cli.core.probe import observe_attention
+from locret_cli.core.attention.probe import observe_attention
 
 KEY_BLOCK = 4096
 QUERY_BLOCK = 512

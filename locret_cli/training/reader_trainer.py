@@ -1,4 +1,4 @@
-"""Training a reader (`core/reader.py`) on the model's own bounded caches.
+"""Training a reader (`core/answer/reader.py`) on the model's own bounded caches.
 
 Each document is read once, with the session's heads and read settings and no gradient, at a budget that keeps a
 share of it drawn from `kept_share` (some documents are kept whole, `uncut_share`, so the full cache does not
@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from locret_cli.core.measure import peak_memory, reset_peak
-from locret_cli.core.reader import ReaderAdapter, reading_with
+from locret_cli.core.answer.reader import ReaderAdapter, reading_with
 from locret_cli.errors import LocretError
 from locret_cli.inputs.documents import text_document
 from locret_cli.inputs.prompt import conversation_ids, end_of_turn_id

@@ -21,10 +21,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from locret_cli.core.capture import capture_qkv
+from locret_cli.core.attention.capture import capture_qkv
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.core.measure import peak_memory, reset_peak
-from locret_cli.core.probe import observe_attention
+from locret_cli.core.attention.probe import observe_attention
 from locret_cli.errors import SettingError
 from locret_cli.models.heads_files import HEADS_CONFIG, load_heads, save_heads
 from locret_cli.models.loading import resolve_dtype

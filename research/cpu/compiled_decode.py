@@ -25,7 +25,7 @@ import torch
 from benchmarks.profile_engine import filled_engine
 from locret_cli.core.engine import Engine
 from locret_cli.core.heads import RetainingHeads
-from locret_cli.core.settings import AnswerSettings
+from locret_cli.settings import AnswerSettings
 from locret_cli.models.arch import random_model
 from locret_cli.runtime.packed_linear import SIBLINGS, pack_linears
 

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from locret_cli.core.cache_attention import use_attention_kernel
+from locret_cli.core.attention.over_cache import use_attention_kernel
 from locret_cli.core.transformers_internals import decoder_functions
 from locret_cli.models.arch import random_model
 from locret_cli.runtime.native_attention import built_kernel

@@ -25,7 +25,7 @@ from benchmarks.embedded.evaluate import DEV_SEED, reading_ids, spans_in
 from locret_cli.api import Session
 from locret_cli.inputs.documents import text_document
 from locret_cli.core.policies.locret import LocretPolicy
-from locret_cli.core.settings import ReadSettings
+from locret_cli.settings import ReadSettings
 from locret_cli.inputs.prompt import prompt_layout
 from locret_cli.models.embedded import load_embedded
 from recipes import prose

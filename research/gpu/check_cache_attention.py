@@ -14,7 +14,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from locret_cli.core.cache_attention import cache_attention
+from locret_cli.core.attention.over_cache import cache_attention
 
 CASES = [(1, 4096, 9, 3, 64), (1, 16384, 32, 8, 128), (1024, 4096, 9, 3, 64), (3072, 16384, 32, 8, 128),
          (256, 0, 9, 3, 64), (7, 50, 32, 8, 128), (1, 0, 9, 3, 64)]

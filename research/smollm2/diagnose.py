@@ -21,7 +21,7 @@ import torch
 from benchmarks.smollm2.evaluate import dev_documents
 from locret_cli.api import Session, load_session
 from locret_cli.bench.scoring import contains_match
-from locret_cli.core.capture import capture_qkv
+from locret_cli.core.attention.capture import capture_qkv
 from locret_cli.inputs.prompt import end_of_turn_id, prompt_layout, question_text
 from locret_cli.inputs.tokenizer import encode_text
 from locret_cli.training.labels import compute_labels

@@ -17,12 +17,12 @@ from benchmarks.embedded.diagnose import (
     value_type,
 )
 from locret_cli.bench.synthetic import Fact
-from locret_cli.core.cache import LocretCache
+from locret_cli.core.cache.bounded import LocretCache
 from locret_cli.core.engine import Engine
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.core.policies.locret import LocretPolicy
 from locret_cli.core.policies.streaming import StreamingPolicy
-from locret_cli.core.settings import ReadSettings
+from locret_cli.settings import ReadSettings
 
 
 def fact(answer: str, kind: str = "attribute") -> Fact:

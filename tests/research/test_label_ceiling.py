@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from conftest import VOCAB, tiny_model
 
-from locret_cli.core.probe import observe_attention
+from locret_cli.core.attention.probe import observe_attention
 from research.embedded.label_ceiling import MASS_FLOOR, attention_mass, kept_counts
 
 

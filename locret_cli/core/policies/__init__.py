@@ -1,5 +1,5 @@
 """Eviction policies, one small class each, in one registry: `POLICIES` by name, which `make_policy`, the bench and
-the tests share. Their names, `POLICY_NAMES`, live in `core/settings.py`, which the command line reads without
+the tests share. Their names, `POLICY_NAMES`, live in `settings.py`, which the command line reads without
 importing torch."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from locret_cli.core.policies.full import FullPolicy
 from locret_cli.core.policies.locret import LocretPolicy
 from locret_cli.core.policies.simple import KNormPolicy, RandomPolicy
 from locret_cli.core.policies.streaming import StreamingPolicy
-from locret_cli.core.settings import DEFAULT_POLICY, POLICY_NAMES
+from locret_cli.settings import DEFAULT_POLICY, POLICY_NAMES
 from locret_cli.core.shape import ModelShape
 from locret_cli.errors import LocretError
 
@@ -22,8 +22,11 @@ POLICIES: dict[str, type[Policy]] = {policy.name: policy for policy in (
 __all__ = ["DEFAULT_POLICY", "POLICIES", "POLICY_NAMES", "Policy", "make_policy", "select"]
 
 
-def make_policy(name: str, model, heads: RetainingHeads | None = None, score_pool: int = 1) -> Policy:
-    """The policy called `name` for `model`; `locret` needs `heads`, and pools its scores over `score_pool`."""
+def make_policy(name: str, model, heads: RetainingHeads | None = None, **knobs) -> Policy:
+    """The policy called `name` for `model`, built with the `knobs` it declares (locret: `score_pool`, the scores
+    pooled over that many tokens; finch: `question_length`) and `heads` (locret needs them); others are ignored."""
     if name not in POLICIES:
         raise LocretError(f"unknown policy {name!r}; choose one of {', '.join(POLICY_NAMES)}")
-    return POLICIES[name].build(ModelShape.from_config(model.config), heads, score_pool)
+    kind = POLICIES[name]
+    return kind.build(ModelShape.from_config(model.config), heads,
+                      **{knob: value for knob, value in knobs.items() if knob in kind.knobs})

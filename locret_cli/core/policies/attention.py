@@ -52,8 +52,8 @@ class AttentionScoredPolicy(Policy):
         self.head_dim = head_dim
 
     @classmethod
-    def build(cls, shape, heads=None, score_pool: int = 1) -> Policy:
-        return cls(shape.head_dim)
+    def build(cls, shape, heads=None, **knobs) -> Policy:
+        return cls(shape.head_dim, **knobs)
 
     def score(self, layer_idx, q, k, v, token_index):
         return torch.zeros(q.shape[0], k.shape[-1] // self.head_dim, q.shape[1], device=q.device)
@@ -95,6 +95,11 @@ class LazyLLMPolicy(AttentionScoredPolicy):
     name = "lazyllm"
     prunes = True
 
+    @staticmethod
+    def lazy_cut(layers: int) -> int:
+        """The layer above which a read prunes unless `lazy_after` is given: a quarter of the way up."""
+        return max(1, layers // 4)
+
     def observe(self, layer_idx, query, key, scaling, layer):
         group = query.shape[1] // key.shape[1]
         layer.set("scores", received_attention(query, key, scaling, first=query.shape[2] - 1) / group)
@@ -106,15 +111,16 @@ class FinchPolicy(AttentionScoredPolicy):
     normalised per query by the entries it sees. The question's own entries are then dropped (`Engine`), so the cache
     holds only the document.
 
-    `question_length` is set by the engine that reads with it; a FINCH read is steered by its question and serves
-    that question best."""
+    `question_length` is the tokens of the questions read after each chunk (the read's own, `Session.read`); a FINCH
+    read is steered by its questions and serves them best."""
 
     name = "finch"
     reads_question = True
+    knobs = ("question_length",)
 
-    def __init__(self, head_dim: int):
+    def __init__(self, head_dim: int, question_length: int = 0):
         super().__init__(head_dim)
-        self.question_length = 0
+        self.question_length = question_length
 
     def observe(self, layer_idx, query, key, scaling, layer):
         first = query.shape[2] - self.question_length

@@ -18,12 +18,13 @@ class Policy:
     name: ClassVar[str]
     evicts: ClassVar[bool] = True
     observes: ClassVar[bool] = False  # True: `observe` also sees each layer's attention during prefill
-    reads_question: ClassVar[bool] = False  # True: the question is read after every chunk and sets `question_length`
-    prunes: ClassVar[bool] = False  # True: reads with lazy prefill even when no `lazy_after` is given (LazyLLM)
+    reads_question: ClassVar[bool] = False  # True: the questions are read after every chunk (FINCH)
+    prunes: ClassVar[bool] = False  # True: reads with lazy prefill from `lazy_cut` unless `lazy_after` is given
+    knobs: ClassVar[tuple[str, ...]] = ()  # the values of a read this policy is built with (`make_policy` passes them)
 
     @classmethod
-    def build(cls, shape: ModelShape, heads=None, score_pool: int = 1) -> "Policy":
-        """This policy for a model of `shape`; `heads` and `score_pool` serve the policies that use them."""
+    def build(cls, shape: ModelShape, heads=None, **knobs) -> "Policy":
+        """This policy for a model of `shape`, with `heads` where it uses them and its own `knobs`."""
         return cls()
 
     def score(

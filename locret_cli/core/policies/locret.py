@@ -19,12 +19,13 @@ class LocretPolicy(Policy):
     best-rated pieces. 1 is the paper's rule."""
 
     name = "locret"
+    knobs = ("score_pool",)
 
     @classmethod
-    def build(cls, shape, heads: RetainingHeads | None = None, score_pool: int = 1) -> Policy:
+    def build(cls, shape, heads: RetainingHeads | None = None, **knobs) -> Policy:
         if heads is None:
             raise SettingError("the locret policy needs retaining heads: pass {heads} DIR")
-        return cls(heads, score_pool)
+        return cls(heads, **knobs)
 
     def __init__(self, heads: RetainingHeads, score_pool: int = 1):
         self.heads, self.score_pool = heads, score_pool

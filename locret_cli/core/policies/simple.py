@@ -13,7 +13,7 @@ class RandomPolicy(Policy):
     name = "random"
 
     @classmethod
-    def build(cls, shape, heads=None, score_pool: int = 1) -> Policy:
+    def build(cls, shape, heads=None, **knobs) -> Policy:
         return cls(shape.kv_heads)
 
     def __init__(self, kv_heads: int, seed: int = 0):
@@ -31,7 +31,7 @@ class KNormPolicy(Policy):
     name = "knorm"
 
     @classmethod
-    def build(cls, shape, heads=None, score_pool: int = 1) -> Policy:
+    def build(cls, shape, heads=None, **knobs) -> Policy:
         return cls(shape.head_dim)
 
     def __init__(self, head_dim: int):

@@ -13,7 +13,7 @@ class StreamingPolicy(Policy):
     name = "streaming"
 
     @classmethod
-    def build(cls, shape, heads=None, score_pool: int = 1) -> Policy:
+    def build(cls, shape, heads=None, **knobs) -> Policy:
         return cls(shape.kv_heads)
 
     def __init__(self, kv_heads: int, sinks: int = 4):

@@ -1,7 +1,8 @@
 """`locret bench`: the same documents and questions through every policy, one fresh process per cell and repeat.
 
     from locret_cli.bench import BenchConfig, run_bench
-    result = run_bench(BenchConfig(arch="smollm2-135m", policies=["full", "locret"], lengths=[8192, 32768]))
+    from locret_cli.models.spec import ModelSpec
+    result = run_bench(BenchConfig(ModelSpec(arch="smollm2-135m"), policies=["full", "locret"], lengths=[8192, 32768]))
     print(result.to_json()["rows"])
 """
 
@@ -21,10 +22,9 @@ import transformers
 from locret_cli.bench import haystack, natural
 from locret_cli.bench.flops import matmul_rate, memory_rate
 from locret_cli.bench.tasks import NATURAL, TASKS, answer_tokens
-from locret_cli.core.policies import POLICY_NAMES
-from locret_cli.core.settings import split_given
+from locret_cli.core.policies import DEFAULT_POLICY, POLICY_NAMES
+from locret_cli.settings import split_given
 from locret_cli.errors import LocretError, SettingError
-from locret_cli.models.arch import PRESETS
 from locret_cli.models.loading import resolve_device, resolve_dtype
 from locret_cli.models.spec import ModelSpec
 from locret_cli.runtime.dtype_probe import cpu_name
@@ -39,46 +39,27 @@ MEDIAN_FIELDS = ("accuracy", "right_accuracy", "kv_peak_bytes", "peak_bytes", "p
 
 @dataclass
 class BenchConfig:
-    """Everything a bench run depends on. None settings fall back to the model's recorded defaults."""
+    """Everything a bench run depends on: the model each row loads (the row names its policy), the settings given by
+    name (those left out take the model's recorded defaults; `max_new_tokens`, the task's own: `tasks.answer_tokens`),
+    and what the bench itself runs."""
 
-    model: str | None = None
-    arch: str | None = None
-    heads: str | None = None
-    reader: str | None = None  # None: the one shipped for the model, if any; "off": none
+    model: ModelSpec = field(default_factory=ModelSpec)
+    settings: dict = field(default_factory=dict)
     policies: list[str] = field(default_factory=lambda: list(POLICY_NAMES))
     lengths: list[int] = field(default_factory=lambda: [4096, 16384])
     tasks: list[str] = field(default_factory=lambda: ["needle"])
     data: str | None = None
     samples: int = 3
     repeat: int = 1
-    budget: int | None = None
-    chunk_size: int | None = None
-    stabilizers: int | None = None
-    positions: str = "compact"
-    max_new_tokens: int | None = None  # None: the task's own (tasks.answer_tokens)
-    device: str = "auto"
-    dtype: str = "auto"
-    load_4bit: bool = False
-    load_8bit: bool = False  # int8 weights: with --arch too, the random weights quantized
-    compile_decode: bool = False
-    max_memory: str | None = None
-    trust_remote_code: bool = False
     memory_limit_gb: float | None = None
 
     def model_spec(self, policy: str) -> ModelSpec:
         """The model each cell of `policy` loads."""
-        return ModelSpec(self.model, self.heads, policy, self.device, self.dtype, self.load_4bit, self.load_8bit,
-                         self.trust_remote_code, self.arch, self.max_memory, self.reader, self.compile_decode)
+        return replace(self.model, policy=policy)
 
     def checked(self) -> "BenchConfig":
-        if self.model and self.arch:
-            raise SettingError("choose {model} or {arch}, not both")
-        if self.load_4bit and self.load_8bit:
-            raise SettingError("choose {load_4bit} or {load_8bit}, not both")
-        if self.arch and self.load_4bit:
-            raise SettingError("{load_4bit} applies to {model}; {arch} builds its random weights in {dtype}")
-        if self.arch and self.arch not in PRESETS:
-            raise LocretError(f"unknown shape preset {self.arch!r}; choose one of {', '.join(PRESETS)}")
+        self.model_spec(DEFAULT_POLICY).checked()  # which model options combine (`ModelSpec.checked`)
+        split_given(self.settings)  # only settings the schema declares
         unknown = [p for p in self.policies if row_variant(p)[0] not in POLICY_NAMES]
         if unknown or not self.policies:
             raise LocretError(f"unknown policy {', '.join(unknown) or '(none)'}; choose from {', '.join(POLICY_NAMES)}")
@@ -121,8 +102,8 @@ def parse_lengths(spec: str) -> list[int]:
 def run_bench(config: BenchConfig, on_cell: Callable[[str, int, int], None] = lambda *_: None) -> BenchResult:
     """Run every (task, length, policy) cell `config.repeat` times, each in a fresh process; rows hold medians."""
     config.checked()
-    device = resolve_device(config.device)
-    rate = matmul_rate(device, resolve_dtype(config.dtype, device))
+    device = resolve_device(config.model.device)
+    rate = matmul_rate(device, resolve_dtype(config.model.dtype, device))
     bandwidth = memory_rate(device)
     tasks, lengths = (["data"], [None]) if config.data else (config.tasks, config.lengths)
     cells = [(t, n, p) for t in tasks for n in ([None] if t in NATURAL else lengths) for p in config.policies]
@@ -167,8 +148,8 @@ def number(value: str) -> int | float | str:
 def cell_spec(config: BenchConfig, task: str, length: int | None, row: str) -> dict:
     policy, changed = row_variant(row)
     model = {k: str(changed.pop(k)) for k in ROW_MODEL_FIELDS if k in changed}
-    settings = {"budget": config.budget, "chunk_size": config.chunk_size, "stabilizers": config.stabilizers,
-                "positions": config.positions, "max_new_tokens": config.max_new_tokens or answer_tokens(task), **changed}
+    settings = {**config.settings, "max_new_tokens": config.settings.get("max_new_tokens") or answer_tokens(task),
+                **changed}
     limit = int(config.memory_limit_gb * 2**30) if config.memory_limit_gb else None
     return {"length": length, "task": task, "samples": config.samples, "settings": settings, "row": row,
             "model": replace(config.model_spec(policy), **model).to_json(), "data": config.data,
@@ -228,7 +209,7 @@ def resolved_config(config: BenchConfig, resolved: dict, rate: float, bandwidth:
         "model_name": resolved.get("model"),
         "compute": resolved.get("compute"),  # the dtype and why, and whether linears were packed
         "settings": resolved.get("settings"),
-        "accuracy_meaningful": config.arch is None,
+        "accuracy_meaningful": config.model.arch is None,
         "peak_memory_measures": resolved.get("peak_kind"),
         "matmul_flops_per_s": rate,
         "memory_bytes_per_s": bandwidth,

@@ -18,10 +18,10 @@ and no policy evicts there. Its entries stay contiguous, so transformers' own sl
 layer's length, is right for them.
 
 With `kv_bits` 8 or 4, keys, values and unrotated keys are held quantized, each entry and head with its own scale
-(`kv_quant.py`): they are written as codes and read back in the model's dtype, and eviction gathers the codes and
+(`quantized.py`): they are written as codes and read back in the model's dtype, and eviction gathers the codes and
 scales as it gathers every other field, so what is kept is never rounded twice.
 
-The tensors are views of buffers (`cache_buffers.py`) allocated once, with room for budget + chunk + question +
+The tensors are views of buffers (`buffers.py`) allocated once, with room for budget + chunk + question +
 answer entries (`LocretCache.reserve`), and written in place, as gpt-fast's static cache is: appending a decoded
 token copies one entry, not the whole cache. `LocretCache.evict` is the one place entries are dropped; it gathers
 all fields with the same indices.
@@ -37,12 +37,18 @@ import copy
 
 import torch
 
-from locret_cli.core.cache_layer import FIELDS, UNROTATED, CacheState, ScoredLayer
+from locret_cli.core.cache.layer import FIELDS, UNROTATED, CacheState, ScoredLayer
 from locret_cli.core.profile_marks import REROTATE, SELECT, mark
-from locret_cli.core.rope import rotate
+from locret_cli.core.attention.rope import rotate
 from locret_cli.core.transformers_internals import Cache
 
 __all__ = ["FIELDS", "UNROTATED", "LocretCache", "ScoredLayer"]
+
+
+def _shared(name: str, doc: str) -> property:
+    """A field of the cache's `CacheState`, read and written through the cache."""
+    return property(lambda cache: getattr(cache.state, name),
+                    lambda cache, value: setattr(cache.state, name, value), doc=doc)
 
 
 class LocretCache(Cache):
@@ -63,35 +69,11 @@ class LocretCache(Cache):
         self.peak_bytes = 0
         self.peak_kind_bytes: dict[str, int] = {}  # the peak of the global layers' bytes, and of the sliding ones'
 
-    kv_bits = property(lambda self: self.state.kv_bits, doc="Bits per cached key and value (`CacheState`).")
-    angles = property(lambda self: self.state.angles, doc="Cos and sin of the positions global layers' keys move to.")
-
-    @property
-    def dtype(self) -> torch.dtype | None:
-        """What quantized keys and values are read back in: the model's, once the first entries came."""
-        return self.state.dtype
-
-    @dtype.setter
-    def dtype(self, dtype: torch.dtype) -> None:
-        self.state.dtype = dtype
-
-    @property
-    def frequencies(self) -> torch.Tensor | None:
-        """The inverse frequencies the global layers' keys are rotated with."""
-        return self.state.frequencies
-
-    @frequencies.setter
-    def frequencies(self, frequencies: torch.Tensor) -> None:
-        self.state.frequencies = frequencies
-
-    @property
-    def window_frequencies(self) -> torch.Tensor | None:
-        """The sliding layers' inverse frequencies, where they have their own (Gemma 3)."""
-        return self.state.window_frequencies
-
-    @window_frequencies.setter
-    def window_frequencies(self, frequencies: torch.Tensor) -> None:
-        self.state.window_frequencies = frequencies
+    kv_bits = _shared("kv_bits", "Bits per cached key and value: 16, or 8 and 4 quantized (`quantized.py`).")
+    dtype = _shared("dtype", "What quantized keys and values are read back in: the model's, once entries came.")
+    frequencies = _shared("frequencies", "The inverse frequencies the global layers' keys are rotated with.")
+    window_frequencies = _shared("window_frequencies", "The sliding layers' own inverse frequencies (Gemma 3).")
+    angles = _shared("angles", "Cos and sin of the positions the global layers' keys move to.")
 
     def reserve(self, more: int) -> None:
         """Make room in every layer for `more` entries per head past those it holds, before they come, so appending
@@ -104,7 +86,7 @@ class LocretCache(Cache):
 
     def own_tails(self, more: int) -> None:
         """Make every layer's buffers this cache's to write its next `more` entries into (a fork copies what it
-        shares, a full buffer grows), for a step that writes them in place (`compiled_step.py`)."""
+        shares, a full buffer grows), for a step that writes them in place (`core/answer/compiled_step.py`)."""
         for layer in self.layers:
             layer._own_tail(layer.length + more)
 

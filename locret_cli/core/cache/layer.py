@@ -1,15 +1,15 @@
 """One decoder layer's cached entries (`ScoredLayer`), as views of its preallocated buffers, and what the layers of
-one cache share (`CacheState`); `cache.py` says what each field holds, how forks share buffers, and how sliding
+one cache share (`CacheState`); `bounded.py` says what each field holds, how forks share buffers, and how sliding
 layers keep their window."""
 
 from __future__ import annotations
 
 import torch
 
-from locret_cli.core.cache_buffers import Buffers
-from locret_cli.core.kv_quant import decode, encode, parts
+from locret_cli.core.cache.buffers import Buffers
+from locret_cli.core.cache.quantized import decode, encode, parts
 from locret_cli.core.profile_marks import CACHE_UPDATE, REROTATE, mark
-from locret_cli.core.rope import AngleTable, rotate
+from locret_cli.core.attention.rope import AngleTable, rotate
 from locret_cli.core.transformers_internals import CacheLayerMixin
 from locret_cli.errors import LocretError
 
@@ -19,7 +19,7 @@ UNROTATED = "unrotated"  # added once keys first move
 
 class CacheState:
     """What the layers of one cache share: how entries are stored (`kv_bits`: 16 as the model makes them, 8 or 4
-    quantized by `kv_quant.py`; `dtype`, what quantized ones are read back in), how far buffers grow past their
+    quantized by `quantized.py`; `dtype`, what quantized ones are read back in), how far buffers grow past their
     reservation (`step`, a chunk), and the rotations keys are turned with. Each fork of a cache has its own copy (a
     fork may switch frequencies), which also marks the buffer tails that fork owns."""
 
@@ -165,8 +165,8 @@ class ScoredLayer(CacheLayerMixin):
 
     def _gathered(self, keep: torch.Tensor, names: set[str]) -> dict[str, torch.Tensor]:
         """Fields `names`' entries `keep` (B, kv_heads, k), as stored, each (B, kv_heads, k[, ...]). One index_select
-        over the buffer with its heads laid end to end gives what `gather` along the entries does, over ten times
-        faster for keys and values on a CPU (`gather` indexes every element)."""
+        over the buffer with its heads laid end to end gives what `gather` along the entries does, much faster for
+        keys and values on a CPU, where `gather` indexes every element (docs/performance.md, item 7)."""
         batch, heads, kept = keep.shape
         capacity = self.buffers.capacity
         head_starts = torch.arange(0, batch * heads * capacity, capacity, device=keep.device).view(batch, heads, 1)

@@ -2,9 +2,9 @@
 (`--compile-decode`).
 
 The own step (`decode_step.py`) runs the model's modules eagerly: about 1,500 small ops a step for SmolLM2-135M, each
-paying the dispatcher, which on two Zen 4 cores cost more than the linears did. This step is one function of the
-model's weights, traced once into one graph: the model's own norms and rotary embedding, the projections that
-read one input as one product, the MLP, the head; inductor's freezing
+paying the dispatcher, which on a small CPU costs about as much as the linears (docs/decode.md, docs/cpus.md). This
+step is one function of the model's weights, traced once into one graph: the model's own norms and rotary embedding,
+the projections that read one input as one product, the MLP, the head; inductor's freezing
 folds the weights in, packed for oneDNN. The cache stays locret's: the step writes the new entry into the layer's
 preallocated buffers at a slot given as a tensor, the buffers' length symbolic (so nothing recompiles from one step
 or one answer to the next), and attends over the filled slots through
@@ -25,10 +25,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from locret_cli.core.cache import LocretCache
-from locret_cli.core.cache_attention import cache_attention
-from locret_cli.core.decode_step import DecodeStep, count_step
-from locret_cli.core.probe import observer_in_force
+from locret_cli.core.cache.bounded import LocretCache
+from locret_cli.core.attention.over_cache import cache_attention
+from locret_cli.core.answer.decode_step import DecodeStep, count_step
+from locret_cli.core.attention.probe import observer_in_force
 from locret_cli.core.transformers_internals import decoder_functions
 
 ATTRIBUTE = "locret_compiled_step"  # the model's compiled step, once `compile_decode` gave it one

@@ -1,5 +1,5 @@
 """One cache layer's preallocated storage: every per-entry tensor, as stored (quantized keys and values as their
-codes and scales), each (B, kv_heads, capacity[, ...]), shared by a cache and its forks (`cache.py`)."""
+codes and scales), each (B, kv_heads, capacity[, ...]), shared by a cache and its forks (`bounded.py`)."""
 
 from __future__ import annotations
 

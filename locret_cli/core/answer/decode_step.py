@@ -15,7 +15,7 @@ from contextlib import contextmanager
 
 import torch
 
-from locret_cli.core.cache import LocretCache
+from locret_cli.core.cache.bounded import LocretCache
 from locret_cli.core.shape import layer_windows
 from locret_cli.core.transformers_internals import attention_in_force, decoder_functions
 

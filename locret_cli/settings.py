@@ -2,7 +2,7 @@
 
 A document's cache is shaped by `ReadSettings`, fixed once it is read (and saved with a `.locret` file); each answer
 from it may use other `AnswerSettings`. Each field's `setting(...)` metadata is the one declaration that the checks
-here, the command line's options (`cli/setting_options.py`), `--json`, batch rows and the docs table read.
+here, the command line's options (`cli/option_groups.py`), `--json`, batch rows and the docs table read.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ DEFAULT_POLICY = "locret"  # the eviction policy unless one is asked for (`core/
 # every policy's name, in the order shown: here, without importing torch, so that the command line's help and its
 # errors come at once; `core/policies` registers one class under each (tests/test_policies.py)
 POLICY_NAMES = ("locret", "streaming", "h2o", "snapkv", "lazyllm", "finch", "random", "knorm", "full")
-KV_BITS = (16, 8, 4)  # bits per cached key and value (`kv_quant.py`)
+KV_BITS = (16, 8, 4)  # bits per cached key and value (`core/cache/quantized.py`)
 POSITION_MODES = ("compact", "original")
 LOCATE_MODES = ("attention", "words", "both")  # what names the windows `--reread` reads again
 FALLBACKS = ("unlocated", "unspecific", "unstated")  # when the bounded cache answers in place of `--reread`'s windows

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from locret_cli.core.cache import LocretCache
-from locret_cli.core.sources import Source, SourceMap, top_sources, units_weighted
+from locret_cli.core.cache.bounded import LocretCache
+from locret_cli.inputs.sources import Source, SourceMap, top_sources, units_weighted
 
 SINK_TOKENS = 4  # the document's first tokens draw attention whatever the answer (sinks): they are never credited
 

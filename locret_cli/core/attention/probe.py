@@ -2,7 +2,7 @@
 
 A registered attention implementation hands (layer_idx, query, key, scaling) to the observer in force, then attends
 as the model would have: SDPA with transformers' mask or, where the engine attends over its cache without a mask
-(`cache_attention.py`), by that attention, through a twin implementation; observing changes no attention call.
+(`over_cache.py`), by that attention, through a twin implementation; observing changes no attention call.
 query (B, heads, T, D) and key (B, kv_heads, n, D) are exactly what the model attends with: after any q/k norm and
 RoPE, with key covering the whole cache. Labels for training and attention-based eviction scores
 are both computed from here, so neither re-implements a model's attention.
@@ -15,7 +15,7 @@ from contextlib import contextmanager
 
 import torch
 
-from locret_cli.core import cache_attention
+from locret_cli.core.attention import over_cache as cache_attention
 from locret_cli.core.transformers_internals import (
     attention_implementation,
     implementation_of,

@@ -15,9 +15,9 @@ masked half of the chunk's own block. Here, instead:
   call in the model's dtype. SDPA of one query in bf16 runs several times slower, and casting the cache to fp32
   copies every entry at every step (`benchmarks/kernel_microbench.py one-query`, docs/cpus.md). On CUDA, SDPA of
   one query with fewer KV heads than heads falls back to plain matrix products, whose shapes change at every step:
-  the first answer over a read decoded three times slower than a second (`research/gpu/decode_profile.py`).
+  the first answer over a read decoded several times slower than a second (docs/gpu.md).
 
-- A sliding layer (`sliding_window` set) holds its entries contiguous, in order (`cache.py`), so each query sees
+- A sliding layer (`sliding_window` set) holds its entries contiguous, in order (`core/cache/bounded.py`), so each query sees
   itself and the window - 1 entries before it: `sliding_attention` drops the entries no query sees, a decode step
   then attends to the rest without a mask, and a chunk with a band mask of (T, window - 1 + T) at most.
 
@@ -141,7 +141,7 @@ def applies_to(model) -> bool:
 
 def register_twin(name: str, twin: str) -> None:
     """Have `use_cache_attention` turn the model's implementation `name` into `twin`, registered as attending by
-    `attention` (an observer's implementation does: `core/probe.py`)."""
+    `attention` (an observer's implementation does: `core/attention/probe.py`)."""
     _twins[name] = twin
 
 

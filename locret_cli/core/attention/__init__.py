@@ -1,0 +1,2 @@
+"""Attention over the cache: q, k and v captured per layer, rotary positions, attention observed for policies, and
+attention over the kept entries without a mask."""

@@ -1,0 +1,137 @@
+"""A run's plan (`api/plan.py`): every rule about a run's policy and settings is decided in `resolve` and
+`checked_spec`, once, and what reads the document takes the plan as it is."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+import pytest
+from conftest import byte_tokenizer, tiny_model
+from test_cli import DOCUMENT
+from typer.testing import CliRunner
+
+from locret_cli.api import ModelSpec, Session, load_session
+from locret_cli.api.plan import HISTORY_TOKENS, ModelFacts, checked_spec, resolve
+from locret_cli.api.saved_context import save_reading
+from locret_cli.cli import app
+from locret_cli.core.engine import QUESTION_ALLOWANCE
+from locret_cli.settings import DEFAULT_POLICY, ReadSettings
+from locret_cli.inputs.documents import text_document
+from locret_cli.inputs.prompt import prompt_layout
+from locret_cli.errors import LocretError, SettingError
+from locret_cli.models.loading import LoadedModel
+
+FACTS = ModelFacts({"budget": 300, "stabilizers": 64, "max_new_tokens": 40, "history_tokens": 0}, layers=8,
+                   sliding=False, pinned=5)
+
+
+def test_given_settings_come_first_then_the_recorded_ones_then_the_defaults():
+    plan = resolve("locret", FACTS, {"chunk_size": 64, "budget": None}, {"temperature": 0.5})
+    assert (plan.read.budget, plan.read.chunk_size, plan.read.span) == (300, 64, ReadSettings().span)
+    assert (plan.answer.max_new_tokens, plan.answer.temperature) == (40, 0.5)
+    assert plan.history_tokens == 0 and resolve("locret", ModelFacts({}, 8, False, 5)).history_tokens == HISTORY_TOKENS
+    assert resolve("locret", FACTS, ReadSettings(budget=90, stabilizers=20)).read == ReadSettings(budget=90,
+                                                                                                 stabilizers=20)
+
+
+def test_stabilizers_that_do_not_fit_are_clipped_once_with_a_warning():
+    plan = resolve("locret", FACTS, {"stabilizers": 400})
+    assert plan.read.stabilizers == 150
+    assert [str(warning) for warning in plan.warnings] == ["stabilizers 400 does not fit in budget 300; using 150"]
+
+
+@pytest.mark.parametrize("policy, read, message", [
+    ("locret", {"budget": 0}, "budget must be positive, got 0"),
+    ("locret", {"nonsense": 1}, "unknown setting(s): nonsense"),
+    ("streaming", {"budget": 12, "stabilizers": 8}, "the prompt's opening (5 tokens, never evicted)"),
+    ("full", {"lazy_after": 2}, "policy full has none to prune by"),
+    ("h2o", {"lazy_after": 8}, "lazy_after must be below the model's 8 layers, got 8"),
+])
+def test_a_run_that_cannot_be_read_is_refused_by_its_plan(policy, read, message):
+    with pytest.raises(SettingError) as refused:
+        resolve(policy, FACTS, read)
+    assert message in str(refused.value)
+
+
+def test_policies_bring_their_own_rules():
+    assert resolve("lazyllm", FACTS).read.lazy_after == 2  # LazyLLM prunes from a quarter of the way up
+    assert resolve("lazyllm", FACTS, {"lazy_after": 5}).read.lazy_after == 5
+    assert resolve("full", FACTS, {"budget": 6, "stabilizers": 4}).read.budget == 6  # nothing evicted: it fits
+    with pytest.raises(SettingError, match="sliding layers must see every token"):
+        resolve("h2o", ModelFacts({}, 8, True, 0), {"lazy_after": 2})
+
+
+def test_questions_are_checked_and_steer_only_a_policy_that_reads_with_them():
+    assert resolve("finch", FACTS, questions=["Who?"], defer=True) == resolve("finch", FACTS, questions=["Who?"])
+    assert resolve("finch", FACTS, questions=["Who?"]).read_for == ("Who?",)  # never deferred
+    locret = resolve("locret", FACTS, questions=["Who?"], defer=True)
+    assert locret.read_for == () and locret.defer
+    assert resolve("finch", FACTS, questions=None).read_for == ()  # settings alone: nothing is read
+    with pytest.raises(SettingError, match="reads the document with its questions"):
+        resolve("finch", FACTS, questions=())
+    with pytest.raises(LocretError, match="empty"):
+        resolve("locret", FACTS, questions=["  "])
+
+
+def test_a_saved_context_keeps_the_settings_it_was_read_with():
+    header = {"settings": {**asdict(ReadSettings(budget=128)), "from_an_older_locret": 1}}
+    plan = resolve("locret", FACTS, {"budget": 128}, {"max_new_tokens": 9}, saved=("book.locret", header))
+    assert plan.read == ReadSettings(budget=128) and plan.answer.max_new_tokens == 9 and plan.saved == "book.locret"
+    with pytest.raises(SettingError) as refused:
+        resolve("locret", FACTS, {"budget": 64}, saved=("book.locret", header))
+    assert "budget is fixed when the document is read: book.locret was read with 128, not 64" in str(refused.value)
+
+
+def test_the_spec_names_its_policy_in_one_place(tmp_path):
+    assert checked_spec(ModelSpec(policy=None)).policy == DEFAULT_POLICY
+    session = load_session(device="cpu", policy="streaming")
+    path = tmp_path / "doc.txt"
+    path.write_text(DOCUMENT)
+    saved = str(tmp_path / "doc.locret")
+    save_reading(session.read(str(path), {"budget": 256, "stabilizers": 64}), saved, session.heads)
+    assert checked_spec(ModelSpec(policy=None), saved).policy == "streaming"
+    with pytest.raises(SettingError, match="was read with policy streaming, not locret"):
+        checked_spec(ModelSpec(policy="locret"), saved)
+
+
+@pytest.mark.parametrize("spec, message", [
+    (ModelSpec(policy="nope"), "unknown policy 'nope'"),
+    (ModelSpec("some/model", arch="smollm2-135m"), "choose model or arch"),
+    (ModelSpec("some/model", load_4bit=True, load_8bit=True), "choose load_4bit or load_8bit"),
+    (ModelSpec(arch="smollm2-135m", load_4bit=True), "arch builds its random weights"),
+    (ModelSpec(arch="nope"), "unknown shape preset 'nope'"),
+    (ModelSpec(load_8bit=True), "the embedded model is already tiny"),
+    (ModelSpec("some/model", max_memory="1GiB", load_8bit=True), "max_memory keeps bf16"),
+])
+def test_which_model_options_combine_is_decided_by_the_spec(spec, message):
+    with pytest.raises(LocretError) as refused:
+        spec.checked()
+    assert message in str(refused.value)
+
+
+def test_the_session_reads_with_the_plan_as_it_is(monkeypatch):
+    model = tiny_model("llama", layers=4)
+    session = Session(LoadedModel(model, byte_tokenizer(), "tiny llama", {"budget": 64, "chunk_size": 16}), None,
+                      "h2o")
+    head = prompt_layout(session.loaded.tokenizer).head_ids  # never evicted
+    assert session.facts == ModelFacts({"budget": 64, "chunk_size": 16}, 4, False, len(head))
+    plan = session.plan({"stabilizers": 8}, {"max_new_tokens": 300}, questions=["What is it?"])
+    estimated = []
+    monkeypatch.setattr(Session, "check_memory", lambda self, policy, settings, document, after: estimated.append(
+        (settings, after)))
+    reading = session.read(text_document(DOCUMENT[:600], "doc"), plan)
+    assert reading.settings == plan.read and reading.answering == plan.answer and not reading.warnings
+    assert estimated == [(plan.read, QUESTION_ALLOWANCE + 300)]  # the memory estimate sees the answer's length
+
+
+def test_ask_json_prints_the_settings_of_its_plan(tmp_path):
+    path = tmp_path / "doc.txt"
+    path.write_text(DOCUMENT)
+    result = CliRunner().invoke(app, ["ask", str(path), "What is the gate code of the north depot?", "--json",
+                                      "--budget", "512", "--stabilizers", "600", "--max-new-tokens", "24"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert (data["budget"], data["stabilizers"], data["max_new_tokens"]) == (512, 256, 24)
+    assert data["warnings"] == ["stabilizers 600 does not fit in budget 512; using 256"]
+    assert result.stderr.count("--stabilizers 600 does not fit in --budget 512; using 256") == 1
