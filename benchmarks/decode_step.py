@@ -18,15 +18,15 @@ import time
 
 import torch
 
-from locret_cli.core.attention.over_cache import use_attention_kernel
 from locret_cli.core.answer.compiled_step import CompiledStep
 from locret_cli.core.answer.decode_step import DecodeStep
+from locret_cli.core.attention.over_cache import use_attention_kernel
 from locret_cli.core.engine import Engine
 from locret_cli.core.policies import make_policy
-from locret_cli.settings import AnswerSettings, ReadSettings
 from locret_cli.models.arch import random_session_parts
 from locret_cli.runtime.dtype_probe import cpu_name
 from locret_cli.runtime.native_attention import built_kernel
+from locret_cli.settings import AnswerSettings, ReadSettings
 
 
 def rates(preset: str, budget: int, load_8bit: bool, steps: int, rounds: int) -> tuple[dict[str, list[float]], dict,

@@ -43,10 +43,10 @@ def locret_worker(spec: dict) -> dict:
     from locret_cli.core.engine import Engine
     from locret_cli.core.heads import RetainingHeads
     from locret_cli.core.policies.locret import LocretPolicy
-    from locret_cli.settings import ReadSettings
     from locret_cli.inputs.sources import TokenChunk
     from locret_cli.models.arch import random_model
     from locret_cli.runtime.packed_linear import pack_linears
+    from locret_cli.settings import ReadSettings
 
     model = random_model(spec["preset"], torch.bfloat16)
     torch.manual_seed(SEED)

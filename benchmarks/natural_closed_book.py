@@ -21,8 +21,8 @@ from locret_cli.api import load_session
 from locret_cli.bench import natural
 from locret_cli.bench.tasks import Question
 from locret_cli.checks.grounding import DocumentText
-from locret_cli.settings import AnswerSettings
 from locret_cli.inputs.documents import text_document
+from locret_cli.settings import AnswerSettings
 
 EMPTY = "No document was given."
 

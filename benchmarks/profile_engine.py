@@ -25,14 +25,14 @@ from locret_cli.core import profile_marks as marks
 from locret_cli.core.engine import Engine
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.core.policies.locret import LocretPolicy
-from locret_cli.settings import AnswerSettings, ReadSettings
-from locret_cli.inputs.sources import SourceMap
 from locret_cli.inputs.documents import token_chunks
 from locret_cli.inputs.prompt import prompt_layout
+from locret_cli.inputs.sources import SourceMap
 from locret_cli.inputs.tokenizer import TiktokenTokenizer
 from locret_cli.models.arch import random_model
 from locret_cli.models.loading import DTYPES
 from locret_cli.runtime.packed_linear import pack_linears
+from locret_cli.settings import AnswerSettings, ReadSettings
 
 MARK_CATEGORIES = {
     marks.CACHE_UPDATE: "cache append", marks.CAPTURE: "hooks and q/k/v capture", marks.HEADS: "retaining heads",

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from locret_cli.core.cache.bounded import LocretCache
 from locret_cli.core.attention.rope import position_cos_sin, rotate
+from locret_cli.core.cache.bounded import LocretCache
 
 STEPS = (1, 10, 100, 300)
 

@@ -1,7 +1,8 @@
 """Training a real model's retaining heads on the training packages' prose, and installing them in the package with
 the model's identity and recorded engine settings: the one procedure behind `recipes/<model>/build_heads.py`.
 
-Checkpoints are written every 250 steps; running the same command again resumes.
+Checkpoints are written every 250 steps; running the same command again resumes. A run trained with --no-install
+(across sessions, say) is installed later with --install-only.
 """
 
 from __future__ import annotations
@@ -34,12 +35,20 @@ def arguments(description: str, out: str, steps: int = RECIPE["steps"], keep_wei
     parser.add_argument("--keep-weight", type=float, default=keep_weight,
                         help=f"the keep loss's weight (0: no keep loss; default {keep_weight})")
     parser.add_argument("--no-install", action="store_true", help="train only; leave the package's heads alone")
+    parser.add_argument("--install-only", action="store_true",
+                        help="install the heads a finished run left in OUT/heads, without loading the model")
     return parser.parse_args()
 
 
 def build(model: str, name: str, defaults: dict, args: argparse.Namespace) -> None:
     """Write the records (once), train heads for `model` in OUT/heads, and unless --no-install copy them into the
-    package's heads/`name` with `defaults` as their recorded settings."""
+    package's heads/`name` with `defaults` as their recorded settings; with --install-only, only copy them."""
+    heads_dir = args.out / "heads"
+    if args.install_only:
+        if not (heads_dir / HEADS_WEIGHTS).is_file():
+            raise SystemExit(f"{heads_dir} holds no finished heads; train them first")
+        install(heads_dir, name, defaults)
+        return
     torch.manual_seed(args.seed)
     args.out.mkdir(parents=True, exist_ok=True)
     data = args.out / "train.jsonl"
@@ -50,7 +59,6 @@ def build(model: str, name: str, defaults: dict, args: argparse.Namespace) -> No
     loaded = load_model(model, device="cpu", dtype="bf16")
     config = TrainConfig(steps=args.steps, hidden=RECIPE["hidden"], lr=RECIPE["lr"], seed=args.seed, save_every=250,
                          keep_weight=args.keep_weight)
-    heads_dir = args.out / "heads"
     resume = (heads_dir / "checkpoints").exists()
     started = time.time()
     summary = train_heads(loaded, data, heads_dir, config, max_len=RECIPE["max_len"], resume=resume, overwrite=True,
@@ -60,11 +68,16 @@ def build(model: str, name: str, defaults: dict, args: argparse.Namespace) -> No
     print(f"trained {summary.steps} steps in {time.time() - started:.0f} s; held-out top-10% overlap "
           f"{summary.heldout_accuracy:.3f}; peak RSS {summary.peak_bytes / 2**20:.0f} MiB", flush=True)
     if not args.no_install:
-        target = HEADS_ROOT / name
-        target.mkdir(parents=True, exist_ok=True)
-        # bf16 on disk keeps the package data small; heads load in the model's compute dtype anyway
-        weights = {k: v.to(torch.bfloat16) for k, v in load_file(str(heads_dir / HEADS_WEIGHTS)).items()}
-        save_file(weights, str(target / HEADS_WEIGHTS))
-        shutil.copy(heads_dir / HEADS_CONFIG, target / HEADS_CONFIG)
-        (target / DEFAULTS_FILE).write_text(json.dumps(defaults, indent=2) + "\n")
-        print(f"installed the heads in {target}")
+        install(heads_dir, name, defaults)
+
+
+def install(heads_dir: Path, name: str, defaults: dict) -> None:
+    """Copy the heads in `heads_dir` into the package's heads/`name`, in bf16, with `defaults` recorded beside."""
+    target = HEADS_ROOT / name
+    target.mkdir(parents=True, exist_ok=True)
+    # bf16 on disk keeps the package data small; heads load in the model's compute dtype anyway
+    weights = {k: v.to(torch.bfloat16) for k, v in load_file(str(heads_dir / HEADS_WEIGHTS)).items()}
+    save_file(weights, str(target / HEADS_WEIGHTS))
+    shutil.copy(heads_dir / HEADS_CONFIG, target / HEADS_CONFIG)
+    (target / DEFAULTS_FILE).write_text(json.dumps(defaults, indent=2) + "\n")
+    print(f"installed the heads in {target}")

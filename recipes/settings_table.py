@@ -13,9 +13,9 @@ from dataclasses import fields
 from pathlib import Path
 
 from locret_cli.cli.app import flag
-from locret_cli.settings import AnswerSettings, ReadSettings, shown_value
 from locret_cli.models.embedded import EMBEDDED_DIR
 from locret_cli.models.shipped import DEFAULTS_FILE, HEADS_ROOT
+from locret_cli.settings import AnswerSettings, ReadSettings, shown_value
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "cli.md"
 BEGIN = "<!-- settings table: made by python -m recipes.settings_table from settings.py -->"

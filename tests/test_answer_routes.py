@@ -16,8 +16,8 @@ from locret_cli.api import load_session
 from locret_cli.api.answer_checks import check_answer
 from locret_cli.api.routes import ROUTES, BoundedCache, LocatedWindows, route_for
 from locret_cli.checks.grounding import REFUSAL
-from locret_cli.settings import AnswerSettings
 from locret_cli.models.embedded import restated
+from locret_cli.settings import AnswerSettings
 
 GATE = "What is the gate code of the north depot?"
 FACT = "The gate code of the north depot is 4821."

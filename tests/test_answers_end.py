@@ -11,9 +11,9 @@ from test_engine import chunks_of, random_ids
 
 from locret_cli.core.engine import Engine, repeated_run
 from locret_cli.core.policies import make_policy
-from locret_cli.settings import AnswerSettings, ReadSettings
 from locret_cli.errors import SettingError
 from locret_cli.inputs.prompt import word_ids
+from locret_cli.settings import AnswerSettings, ReadSettings
 
 
 def test_repeated_run_finds_a_run_repeated_at_the_end():

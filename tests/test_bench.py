@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 from locret_cli.bench import parse_lengths
 from locret_cli.bench.flops import FlopCounter, counting
-from locret_cli.bench.suite import ROW_FIELDS, row_variant
 from locret_cli.bench.scoring import contains_match
+from locret_cli.bench.suite import ROW_FIELDS, row_variant
 from locret_cli.bench.tasks import Question, data_samples, exact_match, generated_samples, needle_depths
 from locret_cli.cli import app
 from locret_cli.core.transformers_internals import cache_kwargs

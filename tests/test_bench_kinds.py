@@ -8,10 +8,10 @@ from test_niah import fake_package  # noqa: F401  the installed essays
 
 from locret_cli.bench.kinds import COMMON_EVERY, COMMON_WORDS, KINDS, kind_depths
 from locret_cli.bench.suite import BenchConfig, cell_spec, row_variant
-from locret_cli.models.spec import ModelSpec
 from locret_cli.bench.tasks import Question, generated_samples
 from locret_cli.errors import SettingError
 from locret_cli.inputs.tokenizer import TiktokenTokenizer
+from locret_cli.models.spec import ModelSpec
 
 
 def test_each_document_asks_every_kind_and_holds_what_each_answer_needs(fake_package):  # noqa: F811

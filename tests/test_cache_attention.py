@@ -18,10 +18,10 @@ from locret_cli.core.attention.over_cache import (
     split_attention,
     use_cache_attention,
 )
+from locret_cli.core.attention.probe import observe_attention
 from locret_cli.core.engine import Engine
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.core.policies.locret import LocretPolicy
-from locret_cli.core.attention.probe import observe_attention
 from locret_cli.settings import AnswerSettings, ReadSettings
 
 

@@ -11,8 +11,8 @@ from locret_cli.core.cache.bounded import LocretCache
 from locret_cli.core.engine import Engine
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.core.policies.locret import LocretPolicy
-from locret_cli.settings import AnswerSettings, ReadSettings
 from locret_cli.errors import LocretError
+from locret_cli.settings import AnswerSettings, ReadSettings
 
 
 def fill(cache: LocretCache, start: int, count: int, value: float = 1.0) -> None:

@@ -18,8 +18,8 @@ from locret_cli.core.answer.compiled_step import ATTRIBUTE, CompiledStep, compil
 from locret_cli.core.engine import Engine
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.core.policies.locret import LocretPolicy
-from locret_cli.settings import AnswerSettings, ReadSettings
 from locret_cli.runtime.int8_linear import quantize_linears
+from locret_cli.settings import AnswerSettings, ReadSettings
 
 pytestmark = pytest.mark.skipif(cpp_compiler() is None, reason="inductor's CPU backend needs a C++ compiler")
 

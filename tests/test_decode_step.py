@@ -14,8 +14,8 @@ from locret_cli.core.answer.decode_step import DecodeStep
 from locret_cli.core.engine import Engine
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.core.policies.locret import LocretPolicy
-from locret_cli.settings import AnswerSettings, ReadSettings
 from locret_cli.runtime.int8_linear import quantize_linears
+from locret_cli.settings import AnswerSettings, ReadSettings
 
 
 def answer(model, own: bool, kv_bits: int = 16, reader=None, cite: bool = False):

@@ -13,9 +13,9 @@ from tokenizers import Tokenizer, models
 from transformers import PreTrainedTokenizerFast
 
 from locret_cli.api.reading import NUMBERS_NEED_TOKENS
-from locret_cli.inputs.document_numbers import DocumentNumbers, NumberTokens
 from locret_cli.core.engine import Engine
 from locret_cli.core.policies import make_policy
+from locret_cli.inputs.document_numbers import DocumentNumbers, NumberTokens
 from locret_cli.settings import AnswerSettings, ReadSettings
 
 VOCAB = {"<s>": 0, "</s>": 1, "Ġis": 2, ".": 3, ",": 4, "Ġ7": 5, "0": 6, "2": 7, "1": 8, "7": 9, "Ġ4": 10, "821": 11,

@@ -10,15 +10,15 @@ from conftest import VOCAB, tiny_model
 from transformers import DynamicCache
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
-from locret_cli.core.transformers_internals import cache_kwargs
 from locret_cli.api.plan import ModelFacts, resolve
 from locret_cli.core.engine import Engine
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.core.policies import Policy, make_policy
 from locret_cli.core.policies.locret import LocretPolicy
-from locret_cli.settings import AnswerSettings, ReadSettings
-from locret_cli.inputs.sources import TokenChunk
+from locret_cli.core.transformers_internals import cache_kwargs
 from locret_cli.errors import LocretError
+from locret_cli.inputs.sources import TokenChunk
+from locret_cli.settings import AnswerSettings, ReadSettings
 
 
 class TablePolicy(Policy):

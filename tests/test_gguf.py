@@ -12,11 +12,11 @@ import torch
 from gguf_files import tiny_llama, write_gguf
 from typer.testing import CliRunner
 
+from locret_cli.api import ModelSpec, load_session
 from locret_cli.cli import app
 from locret_cli.errors import LocretError
 from locret_cli.models import gguf, named
 from locret_cli.models.gguf import save_dequantized
-from locret_cli.api import ModelSpec, load_session
 from locret_cli.models.loading import load_model
 
 pytest.importorskip("gguf", reason="GGUF support is the [gguf] extra: pip install 'locret-cli[gguf]'")

@@ -9,9 +9,9 @@ from conftest import save_model_dir, tiny_model
 from test_cli import DOCUMENT, ask
 from torch import nn
 
+from locret_cli.api import ModelSpec, load_session
 from locret_cli.core.identity import SAME_MODEL, similarity, weight_samples
 from locret_cli.errors import SettingError
-from locret_cli.api import ModelSpec, load_session
 from locret_cli.models.loading import load_model
 from locret_cli.runtime.int8_linear import Int8Linear, quantize_linears, quantize_rows
 

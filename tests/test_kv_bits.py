@@ -10,12 +10,12 @@ from test_engine import chunks_of, random_ids
 from locret_cli.api import load_session
 from locret_cli.api.saved_context import save_reading
 from locret_cli.core.cache.bounded import LocretCache
+from locret_cli.core.cache.quantized import decode, encode, entry_bytes
 from locret_cli.core.engine import Engine
 from locret_cli.core.heads import RetainingHeads
-from locret_cli.core.cache.quantized import decode, encode, entry_bytes
 from locret_cli.core.policies.locret import LocretPolicy
-from locret_cli.settings import ReadSettings
 from locret_cli.errors import SettingError
+from locret_cli.settings import ReadSettings
 
 STEPS = {8: 127, 4: 15}  # the steps across an entry's range (8 bits: half of it, either side of zero)
 

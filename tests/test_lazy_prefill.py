@@ -18,12 +18,12 @@ from locret_cli.api.plan import ModelFacts, resolve
 from locret_cli.api.saved_context import save_reading
 from locret_cli.bench.synthetic import filler_sentence
 from locret_cli.cli import app
-from locret_cli.core.transformers_internals import cache_kwargs
 from locret_cli.core.engine import Engine
 from locret_cli.core.lazy_prefill import flowing_tokens
 from locret_cli.core.policies import make_policy
-from locret_cli.settings import AnswerSettings, ReadSettings
+from locret_cli.core.transformers_internals import cache_kwargs
 from locret_cli.errors import SettingError
+from locret_cli.settings import AnswerSettings, ReadSettings
 
 LAYERS, AFTER = 4, 2
 SETTINGS = ReadSettings(budget=20, chunk_size=16, stabilizers=4, positions="original", lazy_after=AFTER)

@@ -13,9 +13,9 @@ from locret_cli.api import Session
 from locret_cli.cli import app
 from locret_cli.core import measure
 from locret_cli.core.measure import plan_memory
-from locret_cli.settings import AnswerSettings, ReadSettings
 from locret_cli.errors import LocretError
 from locret_cli.models.loading import LoadedModel
+from locret_cli.settings import AnswerSettings, ReadSettings
 
 runner = CliRunner()
 TEXT = "The gate code of the north depot is 4821. " * 40

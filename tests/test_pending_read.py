@@ -14,12 +14,12 @@ from test_cli import ask, doc  # noqa: F401  (the CLI's document fixture)
 
 from locret_cli.api import Session
 from locret_cli.api.saved_context import save_reading
-from locret_cli.settings import AnswerSettings, ReadSettings
-from locret_cli.inputs.sources import SourceMap
 from locret_cli.errors import LocretError
 from locret_cli.inputs.documents import open_document, token_chunks
 from locret_cli.inputs.prompt import prompt_layout
+from locret_cli.inputs.sources import SourceMap
 from locret_cli.models.loading import LoadedModel
+from locret_cli.settings import AnswerSettings, ReadSettings
 
 # Byte tokens: "QZX" and "?" occur nowhere else, so only that question names a window.
 TEXT = "".join(f"Line {i}: the lamp of room {i} is {i * 7 % 100}.\n" for i in range(60)) + \

@@ -16,11 +16,11 @@ from locret_cli.api.plan import HISTORY_TOKENS, ModelFacts, checked_spec, resolv
 from locret_cli.api.saved_context import save_reading
 from locret_cli.cli import app
 from locret_cli.core.engine import QUESTION_ALLOWANCE
-from locret_cli.settings import DEFAULT_POLICY, ReadSettings
+from locret_cli.errors import LocretError, SettingError
 from locret_cli.inputs.documents import text_document
 from locret_cli.inputs.prompt import prompt_layout
-from locret_cli.errors import LocretError, SettingError
 from locret_cli.models.loading import LoadedModel
+from locret_cli.settings import DEFAULT_POLICY, ReadSettings
 
 FACTS = ModelFacts({"budget": 300, "stabilizers": 64, "max_new_tokens": 40, "history_tokens": 0}, layers=8,
                    sliding=False, pinned=5)

@@ -17,8 +17,8 @@ from locret_cli.api.saved_context import save_reading
 from locret_cli.cli import app
 from locret_cli.core.engine import Engine
 from locret_cli.core.policies.attention import FinchPolicy
-from locret_cli.settings import ReadSettings
 from locret_cli.errors import SettingError
+from locret_cli.settings import ReadSettings
 
 runner = CliRunner()
 

@@ -15,10 +15,10 @@ from locret_cli.api import Session
 from locret_cli.api.saved_context import save_reading
 from locret_cli.cli import app
 from locret_cli.core.answer.reader import ReaderAdapter, reading_with
-from locret_cli.settings import AnswerSettings, ReadSettings
 from locret_cli.errors import LocretError
 from locret_cli.models.loading import LoadedModel
 from locret_cli.models.reader_files import load_reader, save_reader
+from locret_cli.settings import AnswerSettings, ReadSettings
 from locret_cli.training.reader_trainer import ReaderConfig, ReaderRecord, ReaderTrainer, load_reader_records
 
 runner = CliRunner()

@@ -12,10 +12,10 @@ from pdfs import text_pdf
 from locret_cli.api import load_session
 from locret_cli.api.saved_context import save_reading
 from locret_cli.bench.synthetic import filler_sentence, passkey_fact
-from locret_cli.settings import AnswerSettings, ReadSettings
-from locret_cli.inputs.sources import SourceMap
 from locret_cli.errors import LocretError
 from locret_cli.inputs.documents import text_document
+from locret_cli.inputs.sources import SourceMap
+from locret_cli.settings import AnswerSettings, ReadSettings
 
 GATE = "The gate code of the north depot is 4821."
 QUESTIONS = ["What is the gate code of the north depot?", "What is the pass key?", "Who?"]

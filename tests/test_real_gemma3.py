@@ -15,9 +15,9 @@ from typer.testing import CliRunner
 
 from locret_cli.api import load_session
 from locret_cli.cli import app
-from locret_cli.settings import AnswerSettings, ReadSettings
 from locret_cli.inputs.prompt import build_prompt
 from locret_cli.models import named
+from locret_cli.settings import AnswerSettings, ReadSettings
 
 GEMMA3 = named.KNOWN["gemma3-270m"]
 pytestmark = [

@@ -9,14 +9,14 @@ import torch
 from conftest import byte_tokenizer, tiny_model
 
 from locret_cli.api import Session
-from locret_cli.api.saved_context import save_reading
 from locret_cli.api.reread import SEPARATOR, locate, merged, second_hop
-from locret_cli.settings import AnswerSettings, ReadSettings
+from locret_cli.api.saved_context import save_reading
 from locret_cli.core.answer.locate import attention_per_token, best_windows, question_words_per_token
 from locret_cli.errors import SettingError
 from locret_cli.inputs.prompt import conversation_ids
 from locret_cli.inputs.tokenizer import encode_text
 from locret_cli.models.loading import LoadedModel
+from locret_cli.settings import AnswerSettings, ReadSettings
 
 TEXT = "".join(f"Line {i}: the lamp of room {i} is {i * 7 % 100}.\n" for i in range(120))
 

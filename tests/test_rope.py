@@ -10,13 +10,13 @@ from conftest import ROPE_VARIANTS, tiny_model
 from test_engine import chunks_of, random_ids
 from transformers import DynamicCache, GPT2Config
 
+from locret_cli.core.attention.rope import AngleTable, check_supported, frequencies_for, position_cos_sin, rotate
 from locret_cli.core.cache.bounded import LocretCache
-from locret_cli.core.transformers_internals import cache_kwargs
 from locret_cli.core.engine import Engine
 from locret_cli.core.policies import make_policy
-from locret_cli.core.attention.rope import AngleTable, check_supported, frequencies_for, position_cos_sin, rotary_module, rotate
-from locret_cli.settings import ReadSettings
+from locret_cli.core.transformers_internals import cache_kwargs, rotary_module
 from locret_cli.errors import LocretError
+from locret_cli.settings import ReadSettings
 
 
 def move(stored, old, new, old_freq, new_freq):

@@ -13,9 +13,9 @@ from typer.testing import CliRunner
 from locret_cli.cli import app
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.core.policies import POLICIES, make_policy
-from locret_cli.settings import DEFAULT_POLICY, AnswerSettings, ReadSettings, settings_json
 from locret_cli.errors import SettingError
 from locret_cli.models.spec import ModelSpec
+from locret_cli.settings import DEFAULT_POLICY, AnswerSettings, ReadSettings, settings_json
 from recipes.settings_table import PAGE, with_table
 
 ALL = [(kind, spec) for kind in (ReadSettings, AnswerSettings) for spec in fields(kind)]

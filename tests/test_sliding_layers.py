@@ -14,9 +14,9 @@ from locret_cli.api.saved_context import LAYER_TENSORS, save_reading
 from locret_cli.core.engine import Engine
 from locret_cli.core.measure import plan_memory
 from locret_cli.core.policies import POLICIES, make_policy
-from locret_cli.settings import AnswerSettings, ReadSettings
 from locret_cli.errors import SettingError
 from locret_cli.models.loading import LoadedModel
+from locret_cli.settings import AnswerSettings, ReadSettings
 
 SLIDING, GLOBAL = (0, 1), (2,)  # the tiny Gemma 3's layers
 EVICTING = [name for name, policy in POLICIES.items() if name not in ("full", "lazyllm", "locret")]

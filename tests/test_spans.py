@@ -9,8 +9,8 @@ from test_engine import TablePolicy, chunks_of, distinct_table, random_ids
 
 from locret_cli.core.engine import Engine
 from locret_cli.core.policies import select
-from locret_cli.settings import ReadSettings
 from locret_cli.errors import SettingError
+from locret_cli.settings import ReadSettings
 
 
 def reference_kept(table: torch.Tensor, n: int, chunk: int, budget: int, stabilizers: int, pinned: int,

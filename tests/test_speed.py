@@ -12,9 +12,9 @@ from test_engine import chunks_of, random_ids
 from locret_cli.core.engine import Engine
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.core.policies.locret import LocretPolicy
-from locret_cli.settings import AnswerSettings, ReadSettings
 from locret_cli.runtime import dtype_probe, packed_linear
 from locret_cli.runtime.packed_linear import PACKED_ATTRIBUTE, pack_if_room, pack_linears, packable
+from locret_cli.settings import AnswerSettings, ReadSettings
 
 needs_onednn = pytest.mark.skipif(not packable(torch.nn.Linear(2, 2).to(torch.bfloat16)),
                                   reason="this torch build has no oneDNN packed linear")

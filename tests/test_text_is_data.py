@@ -15,11 +15,11 @@ from locret_cli.bench.generated import document_text
 from locret_cli.bench.synthetic import Fact
 from locret_cli.core.engine import Engine
 from locret_cli.core.policies import make_policy
-from locret_cli.settings import AnswerSettings, ReadSettings
 from locret_cli.inputs.prompt import build_prompt, end_of_turn_id, line_end_ids, prompt_layout, question_text
 from locret_cli.inputs.tokenizer import SPECIAL_TOKENS
 from locret_cli.models.embedded import load_embedded
 from locret_cli.models.loading import LoadedModel
+from locret_cli.settings import AnswerSettings, ReadSettings
 from locret_cli.training.data import Record, tokenize
 
 FILLER = "The river bends past the old mill, where the miller counts his sacks twice a day. "

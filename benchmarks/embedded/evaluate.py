@@ -36,15 +36,14 @@ from benchmarks.embedded.diagnose import (
     value_type,
 )
 from locret_cli.api import Session
-from locret_cli.inputs.documents import Document, text_document
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.core.policies.locret import LocretPolicy
-from locret_cli.settings import AnswerSettings, ReadSettings
-from locret_cli.inputs.documents import token_chunks
+from locret_cli.inputs.documents import Document, text_document, token_chunks
 from locret_cli.inputs.prompt import prompt_layout
 from locret_cli.models.embedded import not_stated_reply, says_not_stated
 from locret_cli.models.heads_files import load_heads
 from locret_cli.models.loading import DTYPES, load_model
+from locret_cli.settings import AnswerSettings, ReadSettings
 from recipes import prose
 from recipes.build_embedded import DEFAULTS
 from recipes.embedded.qa_data import fragments

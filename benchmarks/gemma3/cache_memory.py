@@ -17,8 +17,8 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from locret_cli.core.measure import full_cache_kinds, plan_memory
-from locret_cli.units import human_bytes
 from locret_cli.models.arch import preset_config
+from locret_cli.units import human_bytes
 
 
 def meta_model(preset: str):

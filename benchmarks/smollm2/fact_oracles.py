@@ -15,8 +15,8 @@ from benchmarks.embedded.diagnose import StatementKeeper
 from benchmarks.embedded.evaluate import reading_ids, spans_in
 from locret_cli.core.policies.locret import LocretPolicy
 from locret_cli.core.policies.streaming import StreamingPolicy
-from locret_cli.settings import ReadSettings
 from locret_cli.inputs.prompt import prompt_layout
+from locret_cli.settings import ReadSettings
 
 ORACLES = ("fact+heads", "fact+recent")
 

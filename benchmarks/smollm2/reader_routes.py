@@ -48,8 +48,8 @@ from benchmarks.smollm2.fact_oracles import ORACLES, fact_oracle
 from locret_cli.api import Session, load_session
 from locret_cli.bench.scoring import contains_match
 from locret_cli.bench.tasks import NATURAL, Question, kinds_samples, natural_samples
-from locret_cli.core.measure import peak_memory
 from locret_cli.core.answer.reader import ReaderAdapter
+from locret_cli.core.measure import peak_memory
 from locret_cli.inputs.documents import text_document
 from locret_cli.models.heads_files import load_heads
 from locret_cli.models.reader_files import load_reader

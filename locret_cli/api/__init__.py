@@ -13,7 +13,7 @@
 from locret_cli.api.answer import AskResult
 from locret_cli.api.reading import Reading
 from locret_cli.api.session import Session, load_session
-from locret_cli.settings import AnswerSettings, ReadSettings
 from locret_cli.models.spec import ModelSpec
+from locret_cli.settings import AnswerSettings, ReadSettings
 
 __all__ = ["AnswerSettings", "AskResult", "ModelSpec", "ReadSettings", "Reading", "Session", "load_session"]

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 
 from locret_cli.api.reread import Window
 from locret_cli.checks.grounding import Grounding
-from locret_cli.settings import AnswerSettings, ReadSettings, settings_json
 from locret_cli.inputs.sources import Source
+from locret_cli.settings import AnswerSettings, ReadSettings, settings_json
 
 
 @dataclass

@@ -15,9 +15,9 @@ from locret_cli.api.answer import AskResult
 from locret_cli.api.plan import HISTORY_TOKENS
 from locret_cli.api.reading import Reading
 from locret_cli.core.engine import Progress
-from locret_cli.settings import AnswerSettings
 from locret_cli.files import refuse_existing, replacing, write_synced
 from locret_cli.inputs.prompt import conversation_ids
+from locret_cli.settings import AnswerSettings
 
 SOURCES_KEPT = 10  # per turn: the chat shows the best three, /sources all of them
 

@@ -20,11 +20,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 
-from locret_cli.settings import AnswerSettings, ReadSettings, names, settings_json
 from locret_cli.errors import SettingError
 from locret_cli.files import is_saved_context
 from locret_cli.inputs.questions import check_question
 from locret_cli.models.spec import ModelSpec
+from locret_cli.settings import AnswerSettings, ReadSettings, names, settings_json
 
 HISTORY_TOKENS = 1024  # chat: tokens of earlier turns kept with each question, unless given or recorded
 Given = ReadSettings | AnswerSettings | Mapping[str, object] | None  # whole settings, or those given by name

@@ -28,15 +28,15 @@ from locret_cli.api.pending_read import PendingRead, sized
 from locret_cli.api.routes import Drafted, ReadDocument, Turn, route_for
 from locret_cli.checks.grounding import DocumentText
 from locret_cli.core.answer.citations import kept_per_unit
-from locret_cli.inputs.document_numbers import DocumentNumbers, NumberTokens
 from locret_cli.core.engine import Engine, Progress
 from locret_cli.core.measure import cache_by_kind, full_cache_bytes, peak_memory
-from locret_cli.settings import AnswerSettings, ReadSettings
-from locret_cli.inputs.sources import SourceMap
 from locret_cli.errors import LocretError
+from locret_cli.inputs.document_numbers import DocumentNumbers, NumberTokens
 from locret_cli.inputs.prompt import conversation_ids
 from locret_cli.inputs.questions import check_question
+from locret_cli.inputs.sources import SourceMap
 from locret_cli.models.loading import QuestionForms
+from locret_cli.settings import AnswerSettings, ReadSettings
 
 SOURCES_SHOWN = 3
 NUMBERS_NEED_TOKENS = ("--numbers-from-document needs the document's tokens, which this context was saved without: "

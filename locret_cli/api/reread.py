@@ -21,12 +21,12 @@ from dataclasses import dataclass, replace
 import torch
 
 from locret_cli.core.answer.citations import AttentionTally
+from locret_cli.core.answer.locate import attention_per_token, best_windows, question_words_per_token
 from locret_cli.core.engine import Engine, Generation
 from locret_cli.core.policies.full import FullPolicy
-from locret_cli.settings import AnswerSettings, ReadSettings
 from locret_cli.inputs.sources import Source, SourceMap, TokenChunk, top_sources, units_best
-from locret_cli.core.answer.locate import attention_per_token, best_windows, question_words_per_token
 from locret_cli.inputs.tokenizer import encode_text
+from locret_cli.settings import AnswerSettings, ReadSettings
 
 PROBE_TOKENS = 16  # the first pass's answer is cut here: its attention is what locates
 SEPARATOR = "\n\n[...]\n\n"  # between windows, where text was left out

@@ -26,10 +26,10 @@ from locret_cli.api.reread import Window, answer_from_windows
 from locret_cli.checks.grounding import DocumentText, ground
 from locret_cli.core.answer.citations import AttentionTally
 from locret_cli.core.engine import Engine, Generation, Progress
-from locret_cli.settings import AnswerSettings
-from locret_cli.inputs.sources import Source, SourceMap
 from locret_cli.errors import SettingError
+from locret_cli.inputs.sources import Source, SourceMap
 from locret_cli.models.loading import QuestionForms
+from locret_cli.settings import AnswerSettings
 
 
 @dataclass(frozen=True)

@@ -23,15 +23,15 @@ from locret_cli import __version__
 from locret_cli.api.answer import DocumentInfo
 from locret_cli.api.reading import Reading
 from locret_cli.core.cache.bounded import FIELDS
-from locret_cli.core.engine import Engine
 from locret_cli.core.cache.quantized import parts
+from locret_cli.core.engine import Engine
 from locret_cli.core.policies import Policy
-from locret_cli.settings import AnswerSettings, ReadSettings, names
-from locret_cli.inputs.sources import SourceMap
 from locret_cli.errors import LocretError, SettingError
 from locret_cli.files import CONTEXT_SUFFIX, check_output, replacing
 from locret_cli.inputs.prompt import line_end_ids, stop_token_ids, word_ids
+from locret_cli.inputs.sources import SourceMap
 from locret_cli.models.fingerprint import heads_fingerprint, model_identity, tokenizer_fingerprint
+from locret_cli.settings import AnswerSettings, ReadSettings, names
 
 FORMAT, VERSION = "locret-context", 1
 LAYER_TENSORS = FIELDS  # what each layer saves; unrotated keys are turned back again if the loaded keys ever move

@@ -14,20 +14,19 @@ from locret_cli.api.pending_read import PendingRead, sized
 from locret_cli.api.plan import Given, ModelFacts, Plan, resolve
 from locret_cli.api.reading import SOURCES_SHOWN, Reading
 from locret_cli.core.answer.compiled_step import compile_decode, cpp_compiler
+from locret_cli.core.answer.reader import ReaderAdapter
+from locret_cli.core.attention.rope import changes_with_length
 from locret_cli.core.engine import QUESTION_ALLOWANCE, Engine, Progress
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.core.measure import check_fits, plan_memory, reset_peak
 from locret_cli.core.policies import Policy, make_policy
-from locret_cli.core.answer.reader import ReaderAdapter
-from locret_cli.core.attention.rope import changes_with_length, rotary_module
-from locret_cli.settings import AnswerSettings, ReadSettings
 from locret_cli.core.shape import layer_windows
-from locret_cli.inputs.sources import SourceMap, TokenChunk
-from locret_cli.units import human_bytes
+from locret_cli.core.transformers_internals import rotary_module
 from locret_cli.errors import SettingError
 from locret_cli.files import is_saved_context
 from locret_cli.inputs.documents import Document, open_document, token_chunks
 from locret_cli.inputs.prompt import conversation_ids, line_end_ids, prompt_layout, stop_token_ids, word_ids
+from locret_cli.inputs.sources import SourceMap, TokenChunk
 from locret_cli.models.heads_files import load_heads
 from locret_cli.models.loading import LoadedModel, load_model
 from locret_cli.models.reader_files import load_reader
@@ -35,6 +34,8 @@ from locret_cli.models.shipped import find_shipped
 from locret_cli.models.spec import ModelSpec
 from locret_cli.runtime import native_attention
 from locret_cli.runtime.packed_linear import pack_if_room
+from locret_cli.settings import AnswerSettings, ReadSettings
+from locret_cli.units import human_bytes
 
 
 @dataclass

@@ -15,9 +15,9 @@ from pathlib import Path
 
 from locret_cli.batch.answer_log import row_key
 from locret_cli.batch.inputs import Job
-from locret_cli.settings import settings_json, split_given
 from locret_cli.errors import LocretError
 from locret_cli.models.spec import ModelSpec
+from locret_cli.settings import settings_json, split_given
 
 
 @dataclass
@@ -34,9 +34,9 @@ class WorkerSpec:
     def identity(self) -> dict:
         """What the answers depend on, as given: rows made under another identity are not this run's answers (a
         row's "run")."""
-        model = self.model
-        return {"model": model.model, "heads": model.heads, "policy": model.policy, "dtype": model.dtype,
-                "load_4bit": model.load_4bit, "load_8bit": model.load_8bit, **dict(sorted(self.settings.items()))}
+        given = self.model
+        return {"model": given.model, "heads": given.heads, "policy": given.policy, "dtype": given.dtype,
+                "load_4bit": given.load_4bit, "load_8bit": given.load_8bit, **dict(sorted(self.settings.items()))}
 
 
 @dataclass

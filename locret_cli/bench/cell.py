@@ -19,12 +19,12 @@ from locret_cli.api import Session, load_session
 from locret_cli.bench.flops import FlopCounter, counting
 from locret_cli.bench.scoring import tally
 from locret_cli.bench.tasks import data_samples, generated_samples
-from locret_cli.inputs.documents import text_document
 from locret_cli.core.measure import available_memory, full_cache_bytes, peak_memory, reset_peak, weight_bytes
-from locret_cli.settings import AnswerSettings, ReadSettings, split_given
 from locret_cli.errors import LocretError
+from locret_cli.inputs.documents import text_document
 from locret_cli.inputs.prompt import prompt_layout
 from locret_cli.models.spec import ModelSpec
+from locret_cli.settings import AnswerSettings, ReadSettings, split_given
 
 
 @dataclass

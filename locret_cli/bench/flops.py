@@ -22,6 +22,7 @@ import torch
 
 from locret_cli.core.answer.decode_step import counting_steps
 from locret_cli.core.shape import ModelShape
+from locret_cli.core.transformers_internals import decoder_parameters, model_call_tokens
 
 
 class FlopCounter:
@@ -30,8 +31,8 @@ class FlopCounter:
     def __init__(self, model):
         config = model.config.get_text_config(decoder=True)
         self.shape = ModelShape.from_config(model.config)
-        self.decoder_parameters = sum(p.numel() for p in model.model.layers.parameters())
-        self.lm_head = 2 * config.hidden_size * config.vocab_size
+        self.decoder_parameters = decoder_parameters(model)
+        self.output_flops = 2 * config.hidden_size * config.vocab_size
         self.element_bytes = torch.finfo(model.dtype).bits // 8
         self.weight_bytes = (self.decoder_parameters + config.hidden_size * config.vocab_size) * self.element_bytes
         self.total = self.prefill_flops = self.decode_bytes = 0
@@ -39,7 +40,7 @@ class FlopCounter:
     def add(self, new_tokens: int, cached_tokens: int) -> None:
         s = self.shape
         attention = 4 * s.layers * s.heads * s.head_dim * new_tokens * (cached_tokens + (new_tokens + 1) / 2)
-        flops = int(2 * self.decoder_parameters * new_tokens + attention + self.lm_head)
+        flops = int(2 * self.decoder_parameters * new_tokens + attention + self.output_flops)
         self.total += flops
         if new_tokens == 1:
             self.decode_bytes += self.weight_bytes + 2 * s.layers * s.kv_heads * s.head_dim * cached_tokens * \
@@ -53,8 +54,8 @@ def counting(model, counter: FlopCounter):
     """Count every forward of `model` into `counter`; the hook is removed on exit, whatever happens."""
 
     def before_forward(_module, _args, kwargs):
-        cache = kwargs.get("cache", kwargs.get("past_key_values"))  # the name transformers 5.24 took, or the old one
-        counter.add(kwargs["input_ids"].shape[-1], cache.get_seq_length() if cache is not None else 0)
+        tokens, cache = model_call_tokens(kwargs)
+        counter.add(tokens, cache.get_seq_length() if cache is not None else 0)
 
     handle = model.register_forward_pre_hook(before_forward, with_kwargs=True)
     try:

@@ -9,8 +9,8 @@ from pathlib import Path
 from rich.table import Table
 
 from locret_cli.bench.suite import ROW_FIELDS, BenchResult
-from locret_cli.units import human_bytes
 from locret_cli.errors import SettingError
+from locret_cli.units import human_bytes
 
 
 def bench_table(result: BenchResult) -> Table:

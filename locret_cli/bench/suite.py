@@ -23,11 +23,11 @@ from locret_cli.bench import haystack, natural
 from locret_cli.bench.flops import matmul_rate, memory_rate
 from locret_cli.bench.tasks import NATURAL, TASKS, answer_tokens
 from locret_cli.core.policies import DEFAULT_POLICY, POLICY_NAMES
-from locret_cli.settings import split_given
 from locret_cli.errors import LocretError, SettingError
 from locret_cli.models.loading import resolve_device, resolve_dtype
 from locret_cli.models.spec import ModelSpec
 from locret_cli.runtime.dtype_probe import cpu_name
+from locret_cli.settings import split_given
 
 ROW_FIELDS = ("task", "length", "policy", "accuracy", "right_accuracy", "verdicts", "kv_peak_bytes", "peak_bytes",
               "prefill_tokens_per_s", "decode_tokens_per_s", "time_to_first_token_s", "skipped", "document_tokens",

@@ -13,10 +13,10 @@ from rich.console import Console
 from locret_cli.cli import options
 from locret_cli.cli.app import WITHHELD_EXIT, app, domain_errors, render
 from locret_cli.cli.option_groups import ANSWERING, MODEL, OUTPUT_PANEL, READING, option_groups
-from locret_cli.settings import settings_json
 from locret_cli.errors import LocretError
 from locret_cli.files import CONTEXT_SUFFIX, check_output
 from locret_cli.models.spec import ModelSpec
+from locret_cli.settings import settings_json
 
 
 @app.command()

@@ -11,9 +11,9 @@ from rich.console import Console
 
 from locret_cli.cli import option_groups
 from locret_cli.cli.app import app, domain_errors
-from locret_cli.settings import POLICY_NAMES
 from locret_cli.files import refuse_existing
 from locret_cli.models.spec import ModelSpec
+from locret_cli.settings import POLICY_NAMES
 
 
 @app.command()

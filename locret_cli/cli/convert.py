@@ -22,10 +22,10 @@ def convert(
 ) -> None:
     """Write a GGUF model as a safetensors checkpoint (config, weights, tokenizer), so that --max-memory can leave its
     weights on disk and read them layer by layer; transformers cannot do that with a GGUF file."""
-    from locret_cli.units import human_bytes
     from locret_cli.models import gguf
     from locret_cli.models.library_logs import quiet_libraries
     from locret_cli.models.loading import DTYPES
+    from locret_cli.units import human_bytes
 
     if dtype not in DTYPES:
         raise LocretError(f"unknown dtype {dtype!r}; choose bf16, fp16 or fp32")

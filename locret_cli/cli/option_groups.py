@@ -21,8 +21,8 @@ from typing import Annotated, Callable, Optional
 
 import typer
 
-from locret_cli.settings import DEFAULT_POLICY, POLICY_NAMES, AnswerSettings, ReadSettings, shown_value
 from locret_cli.models.spec import ModelSpec
+from locret_cli.settings import DEFAULT_POLICY, POLICY_NAMES, AnswerSettings, ReadSettings, shown_value
 
 MODEL_PANEL, READING_PANEL, ANSWERING_PANEL = "Model", "Reading (fixed once the document is read)", "Answering"
 OUTPUT_PANEL = "Input and output"

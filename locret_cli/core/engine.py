@@ -14,22 +14,22 @@ from dataclasses import dataclass
 
 import torch
 
-from locret_cli.core.cache.bounded import LocretCache
-from locret_cli.core.attention.over_cache import applies_to, use_cache_attention
-from locret_cli.core.attention.capture import capture_qkv
-from locret_cli.inputs.document_numbers import DocumentNumbers
 from locret_cli.core.answer.citations import AttentionTally
 from locret_cli.core.answer.compiled_step import decode_step_for
+from locret_cli.core.answer.reader import ReaderAdapter, reading_with
+from locret_cli.core.attention.capture import capture_qkv
+from locret_cli.core.attention.over_cache import applies_to, use_cache_attention
+from locret_cli.core.attention.probe import observe_attention
+from locret_cli.core.attention.rope import SLIDING, changes_with_length, frequencies_for
+from locret_cli.core.cache.bounded import LocretCache
 from locret_cli.core.lazy_prefill import flowing_tokens, lazy_layers
 from locret_cli.core.policies import Policy, select
-from locret_cli.core.attention.probe import observe_attention
 from locret_cli.core.profile_marks import CAPTURE, FREQUENCIES, mark
-from locret_cli.core.answer.reader import ReaderAdapter, reading_with
-from locret_cli.core.attention.rope import SLIDING, changes_with_length, frequencies_for, rotary_module
-from locret_cli.settings import AnswerSettings, ReadSettings
 from locret_cli.core.shape import layer_windows
+from locret_cli.core.transformers_internals import cache_kwargs, rotary_module
+from locret_cli.inputs.document_numbers import DocumentNumbers
 from locret_cli.inputs.sources import TokenChunk
-from locret_cli.core.transformers_internals import cache_kwargs
+from locret_cli.settings import AnswerSettings, ReadSettings
 
 QUESTION_ALLOWANCE = 256  # tokens a question is assumed to take when a document is read before it is asked
 SLIDE_SLACK = 64  # while answering, a sliding layer drops its oldest entries once it holds this many too many

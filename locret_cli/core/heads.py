@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from transformers.activations import ACT2FN
 
 from locret_cli.core.shape import ModelShape
+from locret_cli.core.transformers_internals import activation_function, has_activation
 from locret_cli.errors import LocretError
 
 DEFAULT_HIDDEN = 1024
@@ -23,7 +23,7 @@ class RetainingHead(nn.Module):
     def __init__(self, in_features: int, hidden: int, kv_heads: int, activation: str):
         super().__init__()
         self.fc1 = nn.Linear(in_features, hidden)
-        self.act = ACT2FN[activation]
+        self.act = activation_function(activation)
         self.fc2 = nn.Linear(hidden, kv_heads)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -35,7 +35,7 @@ class RetainingHeads(nn.Module):
 
     def __init__(self, shape: ModelShape, hidden: int = DEFAULT_HIDDEN, activation: str = "silu"):
         super().__init__()
-        if activation not in ACT2FN:
+        if not has_activation(activation):
             raise LocretError(f"unknown activation {activation!r} for retaining heads")
         self.shape, self.hidden, self.activation = shape, hidden, activation
         self.layers = nn.ModuleList(

@@ -10,19 +10,13 @@ from __future__ import annotations
 import torch
 
 from locret_cli.core.shape import ModelShape
+from locret_cli.core.transformers_internals import sampled_weight_names
 from locret_cli.errors import LocretError
 
 ROW_SCALE = "_scale"  # an int8 weight's per-row scales are the buffer of its name with this suffix
 
 SAMPLES = 1024
 SAME_MODEL = 0.95  # lowest cosine, over the sampled tensors, of the same weights in another precision
-
-
-def sampled_tensors(shape: ModelShape) -> list[str]:
-    """The tensors sampled: the embeddings and three projections spread through the depth."""
-    last, middle = shape.layers - 1, shape.layers // 2
-    return ["model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight",
-            f"model.layers.{middle}.mlp.down_proj.weight", f"model.layers.{last}.self_attn.v_proj.weight"]
 
 
 def sample_index(numel: int) -> torch.Tensor:
@@ -51,7 +45,7 @@ def sampled_values(param: torch.Tensor, row_scale: torch.Tensor | None = None) -
 def weight_samples(model) -> dict[str, list[float]]:
     """{tensor name: sampled values}, for the sampled tensors this model has."""
     tensors = dict(model.named_parameters()) | dict(model.named_buffers())
-    wanted = sampled_tensors(ModelShape.from_config(model.config))
+    wanted = sampled_weight_names(ModelShape.from_config(model.config).layers)
     return {name: sampled_values(stored_values(model, name, tensors[name]), tensors.get(name + ROW_SCALE))
             for name in wanted if name in tensors}
 

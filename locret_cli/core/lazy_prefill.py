@@ -24,29 +24,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import torch
-from torch import nn
 
-from locret_cli.core.attention.capture import attention_layers
 from locret_cli.core.policies.base import Policy, select
+from locret_cli.core.transformers_internals import decoder_layers, layer_call_for
+from locret_cli.errors import SettingError
 from locret_cli.settings import ReadSettings
-from locret_cli.errors import LocretError, SettingError
 
 # decide() -> the indices (K,) of the chunk's tokens that flow above layer L, ascending, or None when all do
 Decider = Callable[[], torch.Tensor | None]
-
-
-def decoder_layers(model) -> list[nn.Module]:
-    """The decoder layers in order: the modules that hold each attention layer as `self_attn`."""
-    attention = {id(attn): i for i, attn in enumerate(attention_layers(model))}
-    found = {}
-    for module in model.modules():
-        index = attention.get(id(getattr(module, "self_attn", None)))
-        if index is not None:
-            found[index] = module
-    if len(found) != len(attention):
-        raise LocretError(f"{type(model).__name__}'s decoder layers do not each hold their attention as self_attn; "
-                          "lazy prefill cannot hook them")
-    return [found[i] for i in range(len(found))]
 
 
 def flowing_tokens(scores: torch.Tensor, origins: torch.Tensor, new: int, budget: int, stabilizers: int,
@@ -83,22 +68,6 @@ def lazy_layers(model, cache, after: int, decide: Decider) -> Iterator[None]:
     layers = decoder_layers(model)
     sliced: dict = {}  # this forward's kwargs for the layers above, sliced once; empty when every token flows
 
-    def slice_kwargs(kwargs: dict, index: torch.Tensor) -> dict:
-        found = {}
-        if kwargs.get("position_embeddings") is not None:
-            found["position_embeddings"] = tuple(t.index_select(1, index) for t in kwargs["position_embeddings"])
-        if kwargs.get("position_ids") is not None:
-            found["position_ids"] = kwargs["position_ids"].index_select(1, index)
-        mask = kwargs.get("attention_mask")
-        if isinstance(mask, torch.Tensor):  # (B, 1, T, n + T): the chunk's rows, and its columns past the cache's
-            past = mask.shape[-1] - mask.shape[-2]
-            columns = torch.cat([torch.arange(past, device=index.device), past + index])
-            found["attention_mask"] = mask.index_select(2, index).index_select(3, columns)
-        elif mask is not None:
-            raise LocretError("lazy prefill needs a tensor attention mask or none; this model's attention gives "
-                              f"{type(mask).__name__}")
-        return found
-
     def first_above(_module, args, kwargs):
         sliced.clear()
         index = decide()
@@ -107,12 +76,9 @@ def lazy_layers(model, cache, after: int, decide: Decider) -> Iterator[None]:
         for layer in cache.layers[after:]:
             layer.staged_positions = layer.staged_positions.index_select(0, index)
             layer.staged_origins = layer.staged_origins.index_select(0, index)
-        if args:
-            args = (args[0].index_select(1, index), *args[1:])
-        else:
-            kwargs["hidden_states"] = kwargs["hidden_states"].index_select(1, index)
-        sliced.update(slice_kwargs(kwargs, index))
-        return args, {**kwargs, **sliced}
+        args, kwargs, shared = layer_call_for(args, kwargs, index)
+        sliced.update(shared)
+        return args, kwargs
 
     def above(_module, args, kwargs):
         return (args, {**kwargs, **sliced}) if sliced else None

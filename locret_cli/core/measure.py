@@ -10,12 +10,12 @@ from dataclasses import dataclass
 
 import torch
 
-from locret_cli.core.heads import compute_dtype
 from locret_cli.core.cache.quantized import entry_bytes
+from locret_cli.core.heads import compute_dtype
 from locret_cli.core.policies.attention import QUERY_BLOCK
 from locret_cli.core.shape import ModelShape, layer_windows
-from locret_cli.units import human_bytes
 from locret_cli.errors import SettingError
+from locret_cli.units import human_bytes
 
 
 def reset_peak(device: torch.device) -> None:

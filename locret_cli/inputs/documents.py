@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from locret_cli.inputs.sources import SourceMap, TokenChunk
 from locret_cli.errors import LocretError
 from locret_cli.inputs.pdf_pages import open_pdf, page_texts
+from locret_cli.inputs.sources import SourceMap, TokenChunk
 from locret_cli.inputs.tokenizer import encode_text, encode_text_with_offsets
 
 TEXT_BLOCK_CHARS = 65536

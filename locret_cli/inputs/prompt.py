@@ -10,8 +10,8 @@ import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from locret_cli.inputs.document_numbers import SPACE_FORMS
 from locret_cli.errors import LocretError
+from locret_cli.inputs.document_numbers import SPACE_FORMS
 from locret_cli.inputs.tokenizer import encode_text
 
 _CONTENT = "\x00LOCRET-CONTENT\x00"  # stands for the user's text while the template is rendered

@@ -19,6 +19,7 @@ from typing import BinaryIO
 import numpy
 
 from locret_cli.core.shape import ModelShape
+from locret_cli.core.transformers_internals import quiet_gguf_conversion
 from locret_cli.errors import LocretError
 
 INSTALL_HINT = "pip install 'locret-cli[gguf]'"
@@ -147,26 +148,12 @@ def load(path: Path, dtype, trust_remote_code: bool):
 
     check_supported(path)
     directory, name = str(path.parent), path.name
-    with _without_conversion_bar(), _parsed_once():
+    with quiet_gguf_conversion(), _parsed_once():
         tokenizer = AutoTokenizer.from_pretrained(directory, gguf_file=name, trust_remote_code=trust_remote_code)
         model = AutoModelForCausalLM.from_pretrained(
             directory, gguf_file=name, dtype=dtype, trust_remote_code=trust_remote_code, attn_implementation="sdpa"
         )
     return model, tokenizer
-
-
-@contextmanager
-def _without_conversion_bar() -> Iterator[None]:
-    """transformers' GGUF reader draws a tqdm bar of its own, which `disable_progress_bar` does not reach; locret
-    shows its own status instead. Restored on exit."""
-    from transformers import modeling_gguf_pytorch_utils as reader
-
-    bar = reader.tqdm
-    reader.tqdm = functools.partial(bar, disable=True)
-    try:
-        yield
-    finally:
-        reader.tqdm = bar
 
 
 @contextmanager

@@ -12,11 +12,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from locret_cli.core.identity import SAME_MODEL, sample_index, samples_similarity, sampled_tensors
+from locret_cli.core.identity import SAME_MODEL, sample_index, samples_similarity
 from locret_cli.core.shape import ModelShape
+from locret_cli.core.transformers_internals import sampled_weight_names
 from locret_cli.errors import LocretError, SettingError
-from locret_cli.models.heads_files import HEADS_CONFIG, other_shape
 from locret_cli.models import shipped
+from locret_cli.models.heads_files import HEADS_CONFIG, other_shape
 
 
 def shape_of(source: str) -> ModelShape | None:
@@ -59,7 +60,7 @@ def samples_of(folder: Path, shape: ModelShape) -> dict[str, list[float]]:
     """The identity's sampled values, read row by row from the folder's safetensors files (nothing whole loads)."""
     from safetensors import safe_open
 
-    wanted = set(sampled_tensors(shape))
+    wanted = set(sampled_weight_names(shape.layers))
     found: dict[str, list[float]] = {}
     for file in sorted(folder.glob("*.safetensors")):
         with safe_open(str(file), framework="pt") as tensors:

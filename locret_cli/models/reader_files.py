@@ -11,8 +11,8 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from locret_cli.core.identity import same_model, weights_identity
 from locret_cli.core.answer.reader import ReaderAdapter
+from locret_cli.core.identity import same_model, weights_identity
 from locret_cli.errors import LocretError
 
 READER_WEIGHTS = "reader.safetensors"

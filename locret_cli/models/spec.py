@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
-from locret_cli.settings import DEFAULT_POLICY, POLICY_NAMES
 from locret_cli.errors import LocretError, SettingError
+from locret_cli.settings import DEFAULT_POLICY, POLICY_NAMES
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from locret_cli.core.transformers_internals import untie
+
 
 def quantize_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(q, scale) for `weight` (out, in): q int8 (out, in), scale (out,) in the weight's dtype, with
@@ -67,6 +69,6 @@ def quantize_linears(model: nn.Module) -> int:
                if type(child) is nn.Linear]
     for parent, name, child in targets:
         setattr(parent, name, Int8Linear.from_linear(child))
-    if targets and getattr(model.config, "tie_word_embeddings", False):
-        model.config.tie_word_embeddings = False  # so that transformers does not tie the output layer back
+    if targets:
+        untie(model)
     return len(targets)

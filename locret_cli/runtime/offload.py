@@ -13,8 +13,9 @@ from __future__ import annotations
 import re
 
 from locret_cli.core.measure import weight_bytes
-from locret_cli.units import human_bytes
+from locret_cli.core.transformers_internals import weight_blocks
 from locret_cli.errors import SettingError
+from locret_cli.units import human_bytes
 
 UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
@@ -39,8 +40,7 @@ def placement(cap: int) -> dict:
 def largest_block_bytes(model) -> int:
     """Bytes of the largest unit accelerate places whole (a decoder layer, the embeddings, the output layer), read
     from the parameters' shapes, whether they are in memory or on disk."""
-    blocks = [*model.model.layers, model.get_input_embeddings(), model.get_output_embeddings()]
-    return max(sum(p.numel() * p.element_size() for p in block.parameters()) for block in blocks if block is not None)
+    return max(sum(p.numel() * p.element_size() for p in block.parameters()) for block in weight_blocks(model))
 
 
 def check_cap(model, cap: int) -> None:

@@ -27,6 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from locret_cli.core.transformers_internals import SIBLING_LINEARS
+
 PACKED_ATTRIBUTE = "locret_packed_weight"
 
 
@@ -56,7 +58,7 @@ def packable(module: nn.Module) -> bool:
 
 class PackedRows:
     """One packed weight for linears that read the same input: a layer's q, k and v projections, or its gate and up
-    projections (`SIBLINGS`), or one linear alone. The first of them to see a one-row input computes every output in
+    projections (`SIBLING_LINEARS`), or one linear alone. The first of them to see a one-row input computes every output in
     one product, and each takes its slice: one call where there were three, with the same outputs bit for bit (each
     output is the same dot product; tests/test_speed.py)."""
 
@@ -74,9 +76,6 @@ class PackedRows:
         return self._outputs[index]
 
 
-SIBLINGS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))  # names that read one input, as in Llama
-
-
 def _packed_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     one_row = x.numel() == x.shape[-1]
     if not one_row or (torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)):
@@ -85,7 +84,7 @@ def _packed_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     return rows.output(index, x)
 
 
-def pack_linears(model: nn.Module, siblings: tuple[tuple[str, ...], ...] = SIBLINGS) -> int:
+def pack_linears(model: nn.Module, siblings: tuple[tuple[str, ...], ...] = SIBLING_LINEARS) -> int:
     """Give every packable linear of `model` a weight packed for one-row products (shared with its `siblings` where
     all of them are packable and alike in bias), and a forward that uses it for one row. Returns how many linears
     were packed; idempotent."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from locret_cli.core.attention.probe import observe_attention
+from locret_cli.core.transformers_internals import decoder_stack
 
 KEY_BLOCK = 4096
 QUERY_BLOCK = 512
@@ -45,5 +46,5 @@ def compute_labels(model, prompt_ids: list[int], answer_ids: list[int]) -> torch
         layers[layer_idx] = answer_to_prompt_max(query, key, len(prompt_ids), scaling)
 
     with observe_attention(model, observe):
-        model.model(input_ids=torch.tensor([prompt_ids + answer_ids], device=model.device))
+        decoder_stack(model)(input_ids=torch.tensor([prompt_ids + answer_ids], device=model.device))
     return torch.stack([layers[i] for i in sorted(layers)]).cpu()

@@ -23,8 +23,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from locret_cli.core.measure import peak_memory, reset_peak
 from locret_cli.core.answer.reader import ReaderAdapter, reading_with
+from locret_cli.core.measure import peak_memory, reset_peak
 from locret_cli.errors import LocretError
 from locret_cli.inputs.documents import text_document
 from locret_cli.inputs.prompt import conversation_ids, end_of_turn_id

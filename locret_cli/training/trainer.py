@@ -22,9 +22,10 @@ import torch
 import torch.nn.functional as F
 
 from locret_cli.core.attention.capture import capture_qkv
+from locret_cli.core.attention.probe import observe_attention
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.core.measure import peak_memory, reset_peak
-from locret_cli.core.attention.probe import observe_attention
+from locret_cli.core.transformers_internals import decoder_stack
 from locret_cli.errors import SettingError
 from locret_cli.models.heads_files import HEADS_CONFIG, load_heads, save_heads
 from locret_cli.models.loading import resolve_dtype
@@ -183,7 +184,7 @@ class HeadTrainer:
 
         ids = torch.tensor([example.prompt_ids + example.answer_ids], device=self.model.device)
         with torch.no_grad(), capture_qkv(self.model, on_qkv), observe_attention(self.model, on_attention):
-            self.model.model(input_ids=ids)
+            decoder_stack(self.model)(input_ids=ids)
         return sum(fits) / layers, sum(smooths) / layers, overlaps
 
     def autocast(self) -> torch.autocast | None:

@@ -16,8 +16,8 @@ import torch
 
 from locret_cli.bench.generated import filler_block, place_facts
 from locret_cli.bench.synthetic import Fact, novel_fact, passkey_fact, reference_text
-from recipes.embedded.possessive import possessive_fact
 from locret_cli.inputs.prompt import build_prompt
+from recipes.embedded.possessive import possessive_fact
 from recipes.embedded.unanswerable import absent_fact
 
 IGNORE = -100

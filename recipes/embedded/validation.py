@@ -16,8 +16,8 @@ import torch
 
 from locret_cli.bench.generated import document_text
 from locret_cli.bench.synthetic import Fact, novel_fact, passkey_fact
-from recipes.embedded.possessive import POSSESSIVE_ATTRIBUTES, with_attribute
 from locret_cli.inputs.prompt import build_prompt
+from recipes.embedded.possessive import POSSESSIVE_ATTRIBUTES, with_attribute
 from recipes.embedded.qa_data import IGNORE, Example, answer_text, collate, prose_text
 from recipes.embedded.unanswerable import PASSKEY_QUESTION, absent_fact, absent_question, near_miss
 

@@ -25,9 +25,10 @@ import torch
 from benchmarks.profile_engine import filled_engine
 from locret_cli.core.engine import Engine
 from locret_cli.core.heads import RetainingHeads
-from locret_cli.settings import AnswerSettings
+from locret_cli.core.transformers_internals import SIBLING_LINEARS
 from locret_cli.models.arch import random_model
-from locret_cli.runtime.packed_linear import SIBLINGS, pack_linears
+from locret_cli.runtime.packed_linear import pack_linears
+from locret_cli.settings import AnswerSettings
 
 MODES = ("packed", "packed-separate", "eager", "compile-mlp", "compile-mlp-freeze", "compile-layers")
 
@@ -47,7 +48,7 @@ def prepare(model, mode: str) -> None:
     import torch._inductor.config
 
     if mode.startswith("packed"):
-        pack_linears(model, SIBLINGS if mode == "packed" else ())
+        pack_linears(model, SIBLING_LINEARS if mode == "packed" else ())
         return
     torch._dynamo.config.cache_size_limit = 256  # one entry per layer and shape
     torch._inductor.config.freezing = mode == "compile-mlp-freeze"

@@ -27,13 +27,13 @@ import torch.nn.functional as F
 
 from benchmarks.embedded.evaluate import SELECTION_SEED, reading_ids, spans_in
 from locret_cli.api import Session
-from locret_cli.inputs.documents import text_document
 from locret_cli.core.attention.probe import observe_attention
-from locret_cli.settings import ReadSettings
+from locret_cli.inputs.documents import text_document
 from locret_cli.inputs.prompt import build_prompt, prompt_layout
 from locret_cli.models.embedded import load_embedded
 from locret_cli.models.heads_files import load_heads
 from locret_cli.models.loading import load_model
+from locret_cli.settings import ReadSettings
 from locret_cli.training.labels import answer_to_prompt_max
 from recipes import prose
 from recipes.build_embedded import DEFAULTS

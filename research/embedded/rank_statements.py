@@ -23,11 +23,11 @@ import torch
 
 from benchmarks.embedded.evaluate import DEV_SEED, reading_ids, spans_in
 from locret_cli.api import Session
-from locret_cli.inputs.documents import text_document
 from locret_cli.core.policies.locret import LocretPolicy
-from locret_cli.settings import ReadSettings
+from locret_cli.inputs.documents import text_document
 from locret_cli.inputs.prompt import prompt_layout
 from locret_cli.models.embedded import load_embedded
+from locret_cli.settings import ReadSettings
 from recipes import prose
 from recipes.build_embedded import DEFAULTS
 from recipes.embedded.validation import dev_document, prose_document

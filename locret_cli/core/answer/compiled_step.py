@@ -25,11 +25,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from locret_cli.core.cache.bounded import LocretCache
-from locret_cli.core.attention.over_cache import cache_attention
 from locret_cli.core.answer.decode_step import DecodeStep, count_step
+from locret_cli.core.attention.over_cache import cache_attention
 from locret_cli.core.attention.probe import observer_in_force
-from locret_cli.core.transformers_internals import decoder_functions
+from locret_cli.core.cache.bounded import LocretCache
+from locret_cli.core.transformers_internals import llama_decoder
 
 ATTRIBUTE = "locret_compiled_step"  # the model's compiled step, once `compile_decode` gave it one
 DYNAMIC_ROPE = ("dynamic", "longrope")
@@ -90,38 +90,38 @@ class StaticDecoder(nn.Module):
 
     def __init__(self, model):
         super().__init__()
-        self.model = model
-        self.rotate = decoder_functions(model.model.layers[0].self_attn)[0]  # the modeling file's own RoPE
+        self.model = model  # its weights are this module's, for inductor's freezing
+        self.decoder = llama_decoder(model)
         config = model.config
         self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
 
     def forward(self, token: torch.Tensor, position: torch.Tensor, origin: torch.Tensor, slots: torch.Tensor,
                 buffers: list[list[torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
-        decoder = self.model.model
-        hidden = decoder.embed_tokens(token)
-        cos, sin = decoder.rotary_emb(hidden, position_ids=position)
+        decoder = self.decoder
+        hidden = decoder.embed(token)
+        cos, sin = decoder.rotary(hidden, position_ids=position)
         queries = []
         for index, (layer, (keys, values, scores, positions, origins)) in enumerate(zip(decoder.layers, buffers)):
-            attention, slot = layer.self_attn, slots[index:index + 1]
-            x = layer.input_layernorm(hidden)
-            q, k, v = joint_linear([attention.q_proj, attention.k_proj, attention.v_proj], x)
+            slot = slots[index:index + 1]
+            x = layer.input_norm(hidden)
+            q, k, v = joint_linear([layer.q, layer.k, layer.v], x)
             q = q.view(1, 1, self.heads, self.head_dim).transpose(1, 2)
             k = k.view(1, 1, self.kv_heads, self.head_dim).transpose(1, 2)
             v = v.view(1, 1, self.kv_heads, self.head_dim).transpose(1, 2)
-            q, k = self.rotate(q, k, cos, sin)
+            q, k = decoder.rotate(q, k, cos, sin)
             keys.index_copy_(2, slot, k)
             values.index_copy_(2, slot, v)
             scores.index_fill_(2, slot, 0.0)
             positions.index_copy_(2, slot, position.to(positions.dtype).view(1, 1, 1).expand(1, self.kv_heads, 1))
             origins.index_copy_(2, slot, origin.to(origins.dtype).view(1, 1, 1).expand(1, self.kv_heads, 1))
             queries.append(q)
-            out = torch.ops.locret.attend_filled(q.contiguous(), keys, values, slot[0] + 1, attention.scaling)
-            hidden = hidden + linear(attention.o_proj, out)
-            x = layer.post_attention_layernorm(hidden)
-            gate, up = joint_linear([layer.mlp.gate_proj, layer.mlp.up_proj], x)
-            hidden = hidden + linear(layer.mlp.down_proj, F.silu(gate) * up)
-        return linear(self.model.lm_head, decoder.norm(hidden)), torch.stack(queries)
+            out = torch.ops.locret.attend_filled(q.contiguous(), keys, values, slot[0] + 1, layer.scaling)
+            hidden = hidden + linear(layer.o, out)
+            x = layer.post_norm(hidden)
+            gate, up = joint_linear([layer.gate, layer.up], x)
+            hidden = hidden + linear(layer.down, F.silu(gate) * up)
+        return linear(decoder.head, decoder.norm(hidden)), torch.stack(queries)
 
 
 class CompiledStep:
@@ -137,7 +137,7 @@ class CompiledStep:
         self.compiled = torch.compile(StaticDecoder(model), fullgraph=True)
         self.traced = False
         self.modules = list(model.modules())
-        self.attentions = [layer.self_attn for layer in model.model.layers[: model.config.num_hidden_layers]]
+        self.attentions = [layer.attention for layer in self.own.decoder.layers]
 
     @staticmethod
     def fits(model) -> bool:

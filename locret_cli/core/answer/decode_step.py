@@ -17,7 +17,7 @@ import torch
 
 from locret_cli.core.cache.bounded import LocretCache
 from locret_cli.core.shape import layer_windows
-from locret_cli.core.transformers_internals import attention_in_force, decoder_functions
+from locret_cli.core.transformers_internals import attention_in_force, llama_decoder
 
 # model types whose decoder layer is: norm, attention (q/k/v/o projections, RoPE, no q/k norm), residual, norm,
 # MLP, residual, with no sliding window
@@ -46,13 +46,7 @@ class DecodeStep:
     """Logits (1, 1, vocab) of one token at one position, appended to the cache, for a model `fits`."""
 
     def __init__(self, model):
-        config = model.config
-        decoder = model.model
-        self.config = config
-        self.embed, self.rotary, self.norm, self.head = decoder.embed_tokens, decoder.rotary_emb, decoder.norm, \
-            model.lm_head
-        self.layers = list(decoder.layers[: config.num_hidden_layers])
-        self.rotate, self.eager = decoder_functions(self.layers[0].self_attn)
+        self.config, self.decoder = model.config, llama_decoder(model)
 
     @staticmethod
     def fits(model) -> bool:
@@ -62,19 +56,19 @@ class DecodeStep:
     def __call__(self, token_id: torch.Tensor, position: torch.Tensor, cache: LocretCache) -> torch.Tensor:
         """token_id and position (1, 1); the cache's next entries are already staged."""
         count_step(cache)
-        hidden = self.embed(token_id)
-        cos, sin = self.rotary(hidden, position_ids=position)
-        attend = attention_in_force(self.config, self.eager)
-        for layer, cached in zip(self.layers, cache.layers):
-            attention = layer.self_attn
-            shape = (1, 1, -1, attention.head_dim)
-            x = layer.input_layernorm(hidden)
-            query = attention.q_proj(x).view(shape).transpose(1, 2)
-            key = attention.k_proj(x).view(shape).transpose(1, 2)
-            value = attention.v_proj(x).view(shape).transpose(1, 2)
-            query, key = self.rotate(query, key, cos, sin)
+        decoder = self.decoder
+        hidden = decoder.embed(token_id)
+        cos, sin = decoder.rotary(hidden, position_ids=position)
+        attend = attention_in_force(self.config, decoder.eager)
+        for layer, cached in zip(decoder.layers, cache.layers):
+            shape = (1, 1, -1, layer.head_dim)
+            x = layer.input_norm(hidden)
+            query = layer.q(x).view(shape).transpose(1, 2)
+            key = layer.k(x).view(shape).transpose(1, 2)
+            value = layer.v(x).view(shape).transpose(1, 2)
+            query, key = decoder.rotate(query, key, cos, sin)
             keys, values = cached.update(key, value)
-            out, _ = attend(attention, query, keys, values, None, dropout=0.0, scaling=attention.scaling)
-            hidden = hidden + attention.o_proj(out.reshape(1, 1, -1).contiguous())
-            hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
-        return self.head(self.norm(hidden))
+            out, _ = attend(layer.attention, query, keys, values, None, dropout=0.0, scaling=layer.scaling)
+            hidden = hidden + layer.o(out.reshape(1, 1, -1).contiguous())
+            hidden = hidden + layer.mlp(layer.post_norm(hidden))
+        return decoder.head(decoder.norm(hidden))

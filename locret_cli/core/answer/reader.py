@@ -19,10 +19,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")  # Llama-family names
+from locret_cli.core.transformers_internals import ADAPTED_LINEARS
 
 
-def adapted_linears(model: nn.Module, targets: Sequence[str] = TARGETS) -> dict[str, nn.Module]:
+def adapted_linears(model: nn.Module, targets: Sequence[str] = ADAPTED_LINEARS) -> dict[str, nn.Module]:
     """The decoder's linears a reader adapts, by module name: those whose last name is one of `targets`."""
     return {name: module for name, module in model.named_modules()
             if name.rsplit(".", 1)[-1] in targets and hasattr(module, "in_features") and hasattr(module, "out_features")}
@@ -42,7 +42,7 @@ class ReaderAdapter(nn.Module):
 
     @classmethod
     def for_model(cls, model: nn.Module, rank: int = 8, alpha: float = 16.0,
-                  targets: Sequence[str] = TARGETS) -> ReaderAdapter:
+                  targets: Sequence[str] = ADAPTED_LINEARS) -> ReaderAdapter:
         """A fresh reader (no effect until trained) for `model`'s linears named in `targets`."""
         linears = adapted_linears(model, targets)
         if not linears:

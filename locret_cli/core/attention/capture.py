@@ -1,7 +1,7 @@
 """Forward hooks that hand each attention layer's pre-RoPE q, k and v to a callback.
 
-The hooks sit on the model's own projection modules (`q_proj`, `k_proj`, `v_proj`, or Phi-3's fused `qkv_proj`), so
-no modeling code is forked. They are registered in a context manager and always removed on exit.
+The hooks sit on the model's own projection modules (q, k and v, or Phi-3's fused one), so no modeling code is
+forked. They are registered in a context manager and always removed on exit.
 """
 
 from __future__ import annotations
@@ -13,34 +13,18 @@ import torch
 from torch import nn
 
 from locret_cli.core.shape import ModelShape
-from locret_cli.errors import LocretError
+from locret_cli.core.transformers_internals import attention_layers, projections
 
 # on_qkv(layer_idx, q (B, T, heads*head_dim), k (B, T, kv_heads*head_dim), v (B, T, kv_heads*head_dim))
 QKVCallback = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], None]
-
-
-def attention_layers(model) -> list[nn.Module]:
-    """The decoder's attention modules in layer order; each has a `layer_idx`."""
-    found = {}
-    for module in model.modules():
-        layer_idx = getattr(module, "layer_idx", None)
-        if layer_idx is not None and type(module).__name__.endswith("Attention"):
-            found.setdefault(layer_idx, module)
-    if not found:
-        raise LocretError(f"{type(model).__name__} has no attention layers locret can hook")
-    return [found[i] for i in sorted(found)]
 
 
 def check_projections(model) -> list[nn.Module]:
     """The attention layers, refusing in one line an architecture whose attention has neither q/k/v_proj nor
     qkv_proj."""
     layers = attention_layers(model)
-    for attn in layers:
-        if not (all(hasattr(attn, n) for n in ("q_proj", "k_proj", "v_proj")) or hasattr(attn, "qkv_proj")):
-            raise LocretError(
-                f"{type(attn).__name__} has no q_proj/k_proj/v_proj (or fused qkv_proj) modules; "
-                "locret's retaining heads cannot read this architecture"
-            )
+    for attention in layers:
+        projections(attention)
     return layers
 
 
@@ -77,11 +61,11 @@ def capture_qkv(model, on_qkv: QKVCallback) -> Iterator[None]:
 
     try:
         for layer_idx, attn in enumerate(layers):
-            if hasattr(attn, "qkv_proj"):
-                handles.append(attn.qkv_proj.register_forward_hook(fused(layer_idx)))
+            found = projections(attn)
+            if len(found) == 1:
+                handles.append(found[0].register_forward_hook(fused(layer_idx)))
             else:
-                for name in ("q", "k", "v"):
-                    proj = getattr(attn, f"{name}_proj")
+                for name, proj in zip(("q", "k", "v"), found):
                     handles.append(proj.register_forward_hook(collector(layer_idx, name)))
         yield
     finally:

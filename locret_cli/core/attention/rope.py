@@ -37,16 +37,6 @@ def check_supported(config) -> None:
                               f"{', '.join(SUPPORTED_ROPE_TYPES)}, and no length-dependent one per kind of layer")
 
 
-def rotary_module(model) -> torch.nn.Module:
-    """The model's shared rotary-embedding module (`model.model.rotary_emb` for the supported families; Gemma 3's
-    holds one set of frequencies per kind of layer)."""
-    for module in model.modules():
-        frequencies = hasattr(module, "inv_freq") or hasattr(module, f"{FULL}_inv_freq")
-        if frequencies and type(module).__name__.endswith("RotaryEmbedding"):
-            return module
-    raise LocretError(f"{type(model).__name__} has no rotary embedding module")
-
-
 def changes_with_length(rotary: torch.nn.Module) -> bool:
     """Whether `rotary` picks its frequencies from the positions of each forward (dynamic NTK, longrope)."""
     rope_type = getattr(rotary, "rope_type", "default")  # a dict of them per kind of layer (Gemma 3): none is

@@ -37,9 +37,9 @@ import copy
 
 import torch
 
+from locret_cli.core.attention.rope import rotate
 from locret_cli.core.cache.layer import FIELDS, UNROTATED, CacheState, ScoredLayer
 from locret_cli.core.profile_marks import REROTATE, SELECT, mark
-from locret_cli.core.attention.rope import rotate
 from locret_cli.core.transformers_internals import Cache
 
 __all__ = ["FIELDS", "UNROTATED", "LocretCache", "ScoredLayer"]

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import torch
 
+from locret_cli.core.attention.rope import AngleTable, rotate
 from locret_cli.core.cache.buffers import Buffers
 from locret_cli.core.cache.quantized import decode, encode, parts
 from locret_cli.core.profile_marks import CACHE_UPDATE, REROTATE, mark
-from locret_cli.core.attention.rope import AngleTable, rotate
 from locret_cli.core.transformers_internals import CacheLayerMixin
 from locret_cli.errors import LocretError
 

@@ -11,9 +11,9 @@ from locret_cli.core.policies.full import FullPolicy
 from locret_cli.core.policies.locret import LocretPolicy
 from locret_cli.core.policies.simple import KNormPolicy, RandomPolicy
 from locret_cli.core.policies.streaming import StreamingPolicy
-from locret_cli.settings import DEFAULT_POLICY, POLICY_NAMES
 from locret_cli.core.shape import ModelShape
 from locret_cli.errors import LocretError
+from locret_cli.settings import DEFAULT_POLICY, POLICY_NAMES
 
 POLICIES: dict[str, type[Policy]] = {policy.name: policy for policy in (
     LocretPolicy, StreamingPolicy, H2OPolicy, SnapKVPolicy, LazyLLMPolicy, FinchPolicy, RandomPolicy, KNormPolicy,

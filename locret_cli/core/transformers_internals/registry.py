@@ -1,18 +1,9 @@
-"""The internals of transformers that locret's engine relies on, in one place: a release that moves one of them is a
-change here and nowhere else (`.ci/run` runs the core tests against the newest release and the pinned one).
-
-- the cache a model's attention appends to: `Cache`, and `CacheLayerMixin` for one layer's entries;
-- the keyword a forward takes that cache by (`cache_kwargs`);
-- attention implementations: registering one, running one for a model for the length of a block, the one in force,
-  and transformers' own SDPA;
-- a decoder family's own RoPE and eager attention functions (`decoder_functions`).
-"""
+"""transformers' cache and its attention implementations: what the engine's attention and cache plug into."""
 
 from __future__ import annotations
 
 import functools
 import inspect
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -24,7 +15,7 @@ from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMa
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 __all__ = ["Cache", "CacheLayerMixin", "attention_implementation", "attention_in_force", "cache_kwargs",
-           "decoder_functions", "implementation_of", "register_attention", "sdpa_attention_forward"]
+           "implementation_of", "register_attention", "sdpa_attention_forward"]
 
 
 def cache_kwargs(module: torch.nn.Module, cache: Cache) -> dict[str, Cache]:
@@ -68,9 +59,3 @@ def attention_in_force(config, eager: Callable) -> Callable:
     """The attention function a model of `config` calls now (`eager` when its implementation is transformers' eager
     one, which is not registered)."""
     return ALL_ATTENTION_FUNCTIONS.get_interface(config._attn_implementation, eager)
-
-
-def decoder_functions(attention: torch.nn.Module) -> tuple[Callable, Callable]:
-    """(apply_rotary_pos_emb, eager_attention_forward) of the modeling file an attention module comes from."""
-    modeling = sys.modules[type(attention).__module__]
-    return modeling.apply_rotary_pos_emb, modeling.eager_attention_forward
