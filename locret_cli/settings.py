@@ -23,11 +23,13 @@ FALLBACKS = ("unlocated", "unspecific", "unstated")  # when the bounded cache an
 
 
 def setting(default, help: str, *, minimum: float | None = None, odd: bool = False, choices: tuple = (),
-            above: float | None = None, at_most: float | None = None, flag: str | None = None) -> Field:
+            above: float | None = None, at_most: float | None = None, flag: str | None = None,
+            policy: str | None = None) -> Field:
     """A settings field: its default, its help, and its bounds (`minimum` inclusive; `above` exclusive with
-    `at_most`, an interval such as (0, 1]; `odd`; `choices`). `flag` overrides the option's name(s)."""
+    `at_most`, an interval such as (0, 1]; `odd`; `choices`). `flag` overrides the option's name(s). `policy` names
+    the one policy that reads it: a knob of that policy (declared among its `knobs`), which no other policy sees."""
     return field(default=default, metadata=dict(help=help, minimum=minimum, odd=odd, choices=choices, above=above,
-                                                at_most=at_most, flag=flag))
+                                                at_most=at_most, flag=flag, policy=policy))
 
 
 def bound_error(spec: Field, value) -> str | None:
@@ -72,7 +74,7 @@ class ReadSettings:
     positions: str = setting("compact", "compact: renumber kept entries 0..n-1; original: keep true positions.",
                              choices=POSITION_MODES)
     score_pool: int = setting(1, "locret: each score becomes the best within this many neighbouring tokens (odd), "
-                                 "so a highly rated entry keeps its neighbours.", odd=True)
+                                 "so a highly rated entry keeps its neighbours.", odd=True, policy="locret")
     span: int = setting(1, "Keep or drop entries in blocks of this many document tokens, each ranked by its best "
                            "score, so that what is kept reads as text; 1: each entry on its own.", minimum=1)
     kv_bits: int = setting(16, "Bits per cached key and value: 16 (as the model makes them), 8 or 4 (quantized per "
@@ -137,6 +139,17 @@ class AnswerSettings:
         """These settings, or SettingError for a value out of bounds."""
         check_bounds(self)
         return self
+
+
+def policy_knobs(settings: ReadSettings) -> dict[str, object]:
+    """The read settings that belong to one policy each (`setting(policy=...)`), by name: what `make_policy` hands to
+    the policy that declares them."""
+    return {spec.name: getattr(settings, spec.name) for spec in fields(settings) if spec.metadata["policy"]}
+
+
+def knob_owner(name: str) -> str | None:
+    """The policy a read setting belongs to, or None for a setting every read shares."""
+    return next((spec.metadata["policy"] for spec in fields(ReadSettings) if spec.name == name), None)
 
 
 def names(kind: type) -> tuple[str, ...]:

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, fields
 
 import pytest
 from conftest import byte_tokenizer, tiny_model
@@ -16,11 +16,14 @@ from locret_cli.api.plan import HISTORY_TOKENS, ModelFacts, checked_spec, resolv
 from locret_cli.api.saved_context import save_reading
 from locret_cli.cli import app
 from locret_cli.core.engine import QUESTION_ALLOWANCE
+from locret_cli.core.heads import RetainingHeads
+from locret_cli.core.policies import POLICIES, make_policy
+from locret_cli.core.shape import ModelShape
 from locret_cli.errors import LocretError, SettingError
 from locret_cli.inputs.documents import text_document
 from locret_cli.inputs.prompt import prompt_layout
 from locret_cli.models.loading import LoadedModel
-from locret_cli.settings import DEFAULT_POLICY, ReadSettings
+from locret_cli.settings import DEFAULT_POLICY, ReadSettings, policy_knobs
 
 FACTS = ModelFacts({"budget": 300, "stabilizers": 64, "max_new_tokens": 40, "history_tokens": 0}, layers=8,
                    sliding=False, pinned=5)
@@ -60,6 +63,19 @@ def test_policies_bring_their_own_rules():
     assert resolve("full", FACTS, {"budget": 6, "stabilizers": 4}).read.budget == 6  # nothing evicted: it fits
     with pytest.raises(SettingError, match="sliding layers must see every token"):
         resolve("h2o", ModelFacts({}, 8, True, 0), {"lazy_after": 2})
+
+
+def test_a_policys_own_knob_goes_to_that_policy_alone():
+    assert [str(w) for w in resolve("snapkv", FACTS, {"score_pool": 3}).warnings] == [
+        "score_pool is a setting of the locret policy; policy snapkv does not read it"]
+    assert resolve("locret", FACTS, {"score_pool": 3}).warnings == ()
+    owned = {spec.name: spec.metadata["policy"] for spec in fields(ReadSettings) if spec.metadata["policy"]}
+    assert owned == {"score_pool": "locret"}
+    assert all(name in POLICIES[owner].knobs for name, owner in owned.items())  # declared by the policy it names
+    model = tiny_model("llama")
+    assert make_policy("locret", model, RetainingHeads(ModelShape.from_config(model.config)),
+                       **policy_knobs(ReadSettings(score_pool=5))).score_pool == 5
+    assert not hasattr(make_policy("snapkv", model, None, **policy_knobs(ReadSettings(score_pool=5))), "score_pool")
 
 
 def test_questions_are_checked_and_steer_only_a_policy_that_reads_with_them():

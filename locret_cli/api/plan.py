@@ -9,8 +9,9 @@
 - `resolve`: the read settings (those given, else the ones recorded with the model's heads, else the defaults, in
   bounds; stabilizers that do not fit the budget clipped, with a warning; LazyLLM's own cut; lazy prefill refused
   where nothing can guide it; the prompt's head and the stabilizers within the budget), or a saved context's, which
-  are fixed; the answer settings and chat's history the same way; the questions a policy reads with (FINCH), and
-  whether the bounded read may wait for the first answer that needs it.
+  are fixed; a policy's own knob given under another policy, with a warning; the answer settings and chat's history
+  the same way; the questions a policy reads with (FINCH), and whether the bounded read may wait for the first
+  answer that needs it.
 
 `Session`, `Engine` and the routes take a plan's values as they are: nothing below checks or changes them again.
 """
@@ -24,7 +25,7 @@ from locret_cli.errors import SettingError
 from locret_cli.files import is_saved_context
 from locret_cli.inputs.questions import check_question
 from locret_cli.models.spec import ModelSpec
-from locret_cli.settings import AnswerSettings, ReadSettings, names, settings_json
+from locret_cli.settings import AnswerSettings, ReadSettings, knob_owner, names, settings_json
 
 HISTORY_TOKENS = 1024  # chat: tokens of earlier turns kept with each question, unless given or recorded
 Given = ReadSettings | AnswerSettings | Mapping[str, object] | None  # whole settings, or those given by name
@@ -86,6 +87,10 @@ def resolve(policy: str, facts: ModelFacts, read: Given = None, answer: Given = 
     warnings: list[str | SettingError] = []
     kind = POLICIES[policy]
     given_read = _given(read)
+    for name in given_read:
+        if (owner := knob_owner(name)) not in (None, policy):
+            warnings.append(SettingError("{%s} is a setting of the %s policy; {policy} {policy_value} does not read it"
+                                         % (name, owner), policy_value=policy))
     if saved is not None:
         chosen = _fixed(*saved, given_read)
     else:

@@ -34,7 +34,7 @@ from locret_cli.models.shipped import find_shipped
 from locret_cli.models.spec import ModelSpec
 from locret_cli.runtime import native_attention
 from locret_cli.runtime.packed_linear import pack_if_room
-from locret_cli.settings import AnswerSettings, ReadSettings
+from locret_cli.settings import AnswerSettings, ReadSettings, policy_knobs
 from locret_cli.units import human_bytes
 
 
@@ -126,7 +126,7 @@ class Session:
         document = source if isinstance(source, Document) else open_document(source, encoding=encoding, stdin=stdin)
         model, tokenizer, prefix = self.loaded.model, self.loaded.tokenizer, self._prefix
         question_ids = conversation_ids(tokenizer, (), "\n".join(read_for)) if read_for else None
-        policy = policy or make_policy(self.policy, model, self.heads, score_pool=settings.score_pool,
+        policy = policy or make_policy(self.policy, model, self.heads, **policy_knobs(settings),
                                        question_length=len(question_ids or ()))
         if not force:
             self.check_memory(policy, settings, document, QUESTION_ALLOWANCE + answering.max_new_tokens)
