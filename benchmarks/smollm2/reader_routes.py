@@ -51,7 +51,6 @@ from locret_cli.bench.tasks import NATURAL, Question, kinds_samples, natural_sam
 from locret_cli.core.answer.reader import ReaderAdapter
 from locret_cli.core.measure import peak_memory
 from locret_cli.inputs.documents import text_document
-from locret_cli.models.heads_files import load_heads
 from locret_cli.models.reader_files import load_reader
 from recipes import prose
 
@@ -180,7 +179,8 @@ def main() -> None:
                         "rows name it as their policy")
     parser.add_argument("--reader", help="a reader directory (default: the one shipped with the model)")
     parser.add_argument("--candidate", help="a second reader directory, asked as `...+candidate` configurations")
-    parser.add_argument("--heads", help="other heads, read with the shipped heads' recorded settings")
+    parser.add_argument("--heads", help="other heads than the shipped ones (read with the global defaults where "
+                        "--budget and the rest say nothing)")
     parser.add_argument("--budget", type=int)
     parser.add_argument("--chunk-size", type=int)
     parser.add_argument("--stabilizers", type=int)
@@ -191,11 +191,8 @@ def main() -> None:
     parser.add_argument("--report", action="store_true")
     args = parser.parse_args()
     if not args.report:
-        session = load_session(args.model, device="cpu", dtype="bf16", reader=args.reader,
+        session = load_session(args.model, device="cpu", dtype="bf16", reader=args.reader, heads=args.heads,
                                policy="locret" if args.oracle == "fact+heads" else args.policy)
-        if args.heads:
-            session = Session(session.loaded, load_heads(args.heads, session.loaded.model), session.policy,
-                              session.reader)
         given = (("budget", args.budget), ("chunk_size", args.chunk_size), ("stabilizers", args.stabilizers),
                  ("span", args.span), ("lazy_after", args.lazy_after))
         overrides = dict(given)  # read_settings ignores the ones not given (None)
