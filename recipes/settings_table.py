@@ -21,7 +21,8 @@ PAGE = Path(__file__).resolve().parent.parent / "docs" / "cli.md"
 BEGIN = "<!-- settings table: made by python -m recipes.settings_table from settings.py -->"
 END = "<!-- end of the settings table -->"
 SHIPPED_NAMES = {"smollm2-135m-instruct": "SmolLM2", "gemma3-270m": "Gemma 3 270M",
-                 "qwen2.5-coder-0.5b-instruct": "Qwen2.5-Coder 0.5B"}
+                 "qwen2.5-coder-0.5b-instruct": "Qwen2.5-Coder 0.5B",
+                 "qwen2.5-coder-1.5b-instruct": "Qwen2.5-Coder 1.5B"}
 
 
 def recorded_defaults() -> list[tuple[str, dict]]:

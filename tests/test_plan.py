@@ -69,6 +69,7 @@ def test_a_policys_own_knob_goes_to_that_policy_alone():
     assert [str(w) for w in resolve("snapkv", FACTS, {"score_pool": 3}).warnings] == [
         "score_pool is a setting of the locret policy; policy snapkv does not read it"]
     assert resolve("locret", FACTS, {"score_pool": 3}).warnings == ()
+    assert resolve("snapkv", FACTS, ReadSettings(budget=90, stabilizers=20)).warnings == ()  # whole: its default
     owned = {spec.name: spec.metadata["policy"] for spec in fields(ReadSettings) if spec.metadata["policy"]}
     assert owned == {"score_pool": "locret"}
     assert all(name in POLICIES[owner].knobs for name, owner in owned.items())  # declared by the policy it names
