@@ -87,8 +87,9 @@ def resolve(policy: str, facts: ModelFacts, read: Given = None, answer: Given = 
     warnings: list[str | SettingError] = []
     kind = POLICIES[policy]
     given_read = _given(read)
+    defaults = ReadSettings()
     for name, value in given_read.items():
-        if (owner := knob_owner(name)) not in (None, policy) and value != getattr(ReadSettings(), name):
+        if (owner := knob_owner(name)) not in (None, policy) and value != getattr(defaults, name):
             warnings.append(SettingError("{%s} is a setting of the %s policy; {policy} {policy_value} does not read it"
                                          % (name, owner), policy_value=policy))
     if saved is not None:

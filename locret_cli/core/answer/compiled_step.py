@@ -29,7 +29,7 @@ from locret_cli.core.answer.decode_step import DecodeStep, count_step
 from locret_cli.core.attention.over_cache import cache_attention
 from locret_cli.core.attention.probe import observer_in_force
 from locret_cli.core.cache.bounded import LocretCache
-from locret_cli.core.transformers_internals import llama_decoder
+from locret_cli.core.transformers_internals import LlamaDecoder
 
 ATTRIBUTE = "locret_compiled_step"  # the model's compiled step, once `compile_decode` gave it one
 DYNAMIC_ROPE = ("dynamic", "longrope")
@@ -88,10 +88,10 @@ class StaticDecoder(nn.Module):
     """(logits (1, 1, vocab), queries (layers, 1, heads, 1, D)) of one token written at each layer's `slots`
     entry."""
 
-    def __init__(self, model):
+    def __init__(self, model, decoder: LlamaDecoder):
         super().__init__()
         self.model = model  # its weights are this module's, for inductor's freezing
-        self.decoder = llama_decoder(model)
+        self.decoder = decoder
         config = model.config
         self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
@@ -134,7 +134,7 @@ class CompiledStep:
 
         self.model, self.own = model, DecodeStep(model)
         self.mark_dynamic, self.inductor = torch._dynamo.mark_dynamic, config
-        self.compiled = torch.compile(StaticDecoder(model), fullgraph=True)
+        self.compiled = torch.compile(StaticDecoder(model, self.own.decoder), fullgraph=True)
         self.traced = False
         self.modules = list(model.modules())
         self.attentions = [layer.attention for layer in self.own.decoder.layers]

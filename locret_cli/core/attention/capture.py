@@ -35,7 +35,7 @@ def capture_qkv(model, on_qkv: QKVCallback) -> Iterator[None]:
     The three projections of a layer are held only until the last of them has run, so at most one layer's q, k
     and v are alive at once.
     """
-    layers = check_projections(model)
+    layers = attention_layers(model)  # `projections` below refuses an attention without them
     shape = ModelShape.from_config(model.config)
     handles = []
     pending: dict[int, dict[str, torch.Tensor]] = {}
