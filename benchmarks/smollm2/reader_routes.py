@@ -30,8 +30,8 @@ as each document finishes; a rerun skips the configurations a document has rows 
 DIR, as `...+candidate` (two readers compared for the price of one read per document).
 `--model gemma3-270m` measures Gemma 3 270M the same way (it has no reader: the configurations without one).
 `--oracle fact+heads` or `fact+recent` reads each dev document with a fact-kept oracle (`fact_oracles.py`), and rows
-name it as their policy; `--budget`, `--span` and `--lazy-after` change the read's settings. Give each variant its
-own --out.
+name it as their policy; `--budget`, `--span` and `--lazy-after` change the read's settings, and `--load-8bit` loads
+int8 weights. Give each variant its own --out.
 """
 
 from __future__ import annotations
@@ -186,13 +186,15 @@ def main() -> None:
     parser.add_argument("--stabilizers", type=int)
     parser.add_argument("--span", type=int, help="keep entries in blocks of this many tokens (--span)")
     parser.add_argument("--lazy-after", type=int, help="lazy prefill above this many layers (--lazy-after)")
+    parser.add_argument("--load-8bit", action="store_true", help="int8 weights (--load-8bit)")
     parser.add_argument("--prose-packages", type=Path, default=Path("runs/prose-packages"))
     parser.add_argument("--configs", default=",".join(CONFIGS), help="the configurations to run")
     parser.add_argument("--report", action="store_true")
     args = parser.parse_args()
     if not args.report:
+        policy = "locret" if args.oracle == "fact+heads" else args.policy
         session = load_session(args.model, device="cpu", dtype="bf16", reader=args.reader, heads=args.heads,
-                               policy="locret" if args.oracle == "fact+heads" else args.policy)
+                               load_8bit=args.load_8bit, policy=policy)
         given = (("budget", args.budget), ("chunk_size", args.chunk_size), ("stabilizers", args.stabilizers),
                  ("span", args.span), ("lazy_after", args.lazy_after))
         overrides = dict(given)  # read_settings ignores the ones not given (None)
