@@ -19,7 +19,7 @@ and every question is asked of that one read under each configuration:
 Sets: `dev` (`evaluate.py`'s dev documents: pass keys, codes and people in prose of the dev packages), `kinds`
 (`locret bench --tasks kinds`: one question of each kind per document, in the Paul Graham essays) and `natural` or
 `natural-validation` (`locret bench --tasks natural`'s halves; their documents have their own lengths, so
---lengths names the rows only). Rows go to --out
+--lengths names the rows only; given both, each document is read once for the two). Rows go to --out
 as each document finishes; a rerun skips the configurations a document has rows for (--configs picks some).
 
     python -m benchmarks.smollm2.reader_routes --out runs/reader-routes.jsonl --sets dev,kinds --lengths 32000 \\
@@ -94,23 +94,20 @@ def run(session: Session, policy: str, sets: list[str], lengths: list[int], coun
               if (not with_reader or reader is not None) and n in chosen}
     if candidate is not None:
         wanted |= {n.replace("+reader", "+candidate"): (c, candidate) for n, (c, r) in wanted.items() if r}
-    for name in sets:
-        for length in lengths:
-            if name.startswith("natural"):
-                docs = natural_questions(NATURAL[name], count)
-            else:
-                docs = dev_questions(length, count, packages) if name == "dev" else kinds_questions(session, length,
-                                                                                                   count)
-            for index, (document, questions, statements) in enumerate(docs):
-                configs = {n: c for n, c in wanted.items() if (name, length, label, index, n) not in done}
-                if not configs:
-                    continue
-                keeper = fact_oracle(oracle, runner, document, statements, settings) if oracle else None
-                asked = [q.question for q in questions]  # a policy that reads with the questions (finch) gets them all
-                reading = runner.read(document, settings, force=True, policy=keeper, questions=asked)
+    for length in lengths:
+        for index, document, statements, asked in reads(session, sets, length, count, packages):
+            todo = {name: {n: c for n, c in wanted.items() if (name, length, label, index, n) not in done}
+                    for name in asked}
+            asked = {name: questions for name, questions in asked.items() if todo[name]}
+            if not asked:
+                continue
+            keeper = fact_oracle(oracle, runner, document, statements, settings) if oracle else None
+            every = [q.question for name in asked for q in asked[name]]  # a policy that reads with the questions
+            reading = runner.read(document, settings, force=True, policy=keeper, questions=every)  # (finch) gets all
+            for name, questions in asked.items():
                 rows = []
                 for question in questions:
-                    for config, (changed, config_reader) in configs.items():
+                    for config, (changed, config_reader) in todo[name].items():
                         reading.engine.reader = config_reader
                         answering = replace(base, **changed)
                         result = reading.ask(question.question, answering, sources=0)
@@ -132,7 +129,23 @@ def run(session: Session, policy: str, sets: list[str], lengths: list[int], coun
                 for row in rows:
                     right[row["config"]] += row["correct"]
                 print(f"{name} {length} {label} doc {index} ({reading.read_s:.0f} s read): " +
-                      ", ".join(f"{c} {right[c]}/{len(questions)}" for c in configs), flush=True)
+                      ", ".join(f"{c} {right[c]}/{len(questions)}" for c in todo[name]), flush=True)
+
+
+def reads(session: Session, sets: list[str], length: int, count: int, packages: Path | None) -> list[tuple]:
+    """Each document to read once: (index, document, its facts' sentences, {set: its questions}). The natural
+    task's halves ask the same documents, so one read serves both."""
+    grouped = {}
+    for name in sets:
+        if name in NATURAL:
+            docs = natural_questions(NATURAL[name], count)
+        else:
+            docs = dev_questions(length, count, packages) if name == "dev" else kinds_questions(session, length,
+                                                                                               count)
+        for index, (document, questions, statements) in enumerate(docs):
+            key = ("natural" if name in NATURAL else name, index)
+            grouped.setdefault(key, (index, document, statements, {}))[3][name] = questions
+    return list(grouped.values())
 
 
 def read_rows(path: Path) -> list[dict]:
