@@ -15,6 +15,8 @@ and every question is asked of that one read under each configuration:
                       state the windows' answer in a sentence naming all the question names, and is shown if it
                       states the cache's answer (or holds it, where the windows' answer names nothing it holds)
     words-route       --reread 1 --locate words, with no reader, whatever the model's recorded settings say
+    words-unstated    words-route with `--fallback unstated`: the bounded cache answers too, as unstated+reader
+                      says, with no reader
 
 Sets: `dev` (`evaluate.py`'s dev documents: pass keys, codes and people in prose of the dev packages), `kinds`
 (`locret bench --tasks kinds`: one question of each kind per document, in the Paul Graham essays) and `natural` or
@@ -59,7 +61,8 @@ CONFIGS = {  # name: (answer settings changed, with the reader)
     "windows+reader": ({}, True), "two-hops+reader": ({"hops": 2}, True),
     "fallback+reader": ({"fallback": "unspecific"}, True),
     "unstated+reader": ({"fallback": "unstated"}, True),
-    "words-route": ({"reread": 1, "locate": "words"}, False)}
+    "words-route": ({"reread": 1, "locate": "words"}, False),
+    "words-unstated": ({"reread": 1, "locate": "words", "fallback": "unstated"}, False)}
 
 
 def dev_questions(length: int, count: int, packages: Path | None) -> list[tuple[object, list[Question], list[str]]]:
