@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -42,19 +43,31 @@ def check_output(path: str | Path, force: bool, suffix: str) -> Path:
 
 @contextmanager
 def replacing(path: Path, verb: str = "write") -> Iterator[Path]:
-    """A temporary path beside `path` to write; once the block ends, it replaces `path` in one step, readable as
-    the umask allows. Any failure leaves `path` as it was and no temporary file behind."""
+    """A temporary path beside `path` to write; once the block ends, it replaces `path` in one step, with the mode
+    of the file it replaces (a new file: readable as the umask allows). The temporary file is made readable by its
+    owner alone until then. Any failure leaves `path` as it was and no temporary file behind."""
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
+        mode = _kept_mode(path)
+        temporary.unlink(missing_ok=True)
+        os.close(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
         yield temporary
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temporary, 0o666 & ~umask)  # some writers (safetensors) create files readable by their owner only
+        os.chmod(temporary, mode)  # some writers (safetensors) create files readable by their owner only
         os.replace(temporary, path)
     except OSError as exc:
         raise LocretError(f"cannot {verb} {path}: {exc.strerror}") from None
     finally:
         temporary.unlink(missing_ok=True)
+
+
+def _kept_mode(path: Path) -> int:
+    """The permission bits of the file at `path`, or, where there is none, those the umask allows a new file."""
+    try:
+        return stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
 
 
 def write_synced(path: Path, write: Callable[[object], None]) -> None:

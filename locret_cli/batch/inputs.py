@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import glob
 import hashlib
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,21 +44,28 @@ class Job:
 
 def expand_inputs(spec: str, questions_file: str | None = None, exclude: tuple[str, ...] = ()) -> list[Job]:
     """The jobs `spec` names, in input order, each with its questions. Documents with the same bytes become one job
-    (the first path), the others listed in `same_as`. A glob or directory skips the questions file and the paths in
-    `exclude` (the output). Raises LocretError when nothing matches, a JSONL line is malformed, or a document would
-    have no question."""
+    (the first path), the others listed in `same_as`. `exclude` holds the batch's output: a glob or directory skips
+    it and the questions file; as the questions file, the corpus or a document a corpus lists, it is refused (this
+    writes nothing). Raises LocretError when nothing matches, a JSONL line is malformed, or a document would have no
+    question."""
+    outputs = [Path(p).expanduser() for p in exclude if p]
+    if questions_file:
+        _refuse_output(outputs, Path(questions_file).expanduser(), "the {questions} file")
     shared = load_questions(questions_file) if questions_file else []
     path = Path(spec).expanduser()
-    ours = {Path(p).expanduser().resolve() for p in (questions_file, *exclude) if p}
+    ours = [*outputs, *([Path(questions_file).expanduser()] if questions_file else [])]
     if path.suffix.lower() == ".jsonl" and path.is_file():
+        _refuse_output(outputs, path, "the corpus of documents to read")
         listed = _corpus(path, shared)
+        for source, _ in listed:
+            _refuse_output(outputs, Path(source), "a document that {corpus} lists", corpus=path)
     elif path.is_dir():
-        listed = [(str(p), shared) for p in _documents_under(path) if p.resolve() not in ours]
+        listed = [(str(p), shared) for p in _documents_under(path) if not _any_same(p, ours)]
         if not listed:
             raise LocretError(f"{spec} holds no documents ({', '.join(DOCUMENT_SUFFIXES)})")
     else:
         matches = sorted(m for m in glob.glob(str(path), recursive=True)
-                         if Path(m).is_file() and Path(m).resolve() not in ours)
+                         if Path(m).is_file() and not _any_same(Path(m), ours))
         if not matches:
             raise LocretError(f"no file matches {spec}" if glob.has_magic(spec) else f"no such file: {spec}")
         listed = [(m, shared) for m in matches]
@@ -66,10 +74,36 @@ def expand_inputs(spec: str, questions_file: str | None = None, exclude: tuple[s
     return _merge(listed)
 
 
+def _refuse_output(outputs: list[Path], read: Path, what: str, **values) -> None:
+    """A one-line SettingError when an output of the batch is the file `read`, which the batch reads as `what` (a
+    message template: settings in braces, `values` for the rest)."""
+    for output in outputs:
+        if same_file(output, read):
+            raise SettingError("{out} {path} is also " + what + ": write the answers to another file", path=output,
+                               **values)
+
+
+def _any_same(path: Path, others: list[Path]) -> bool:
+    return any(same_file(path, other) for other in others)
+
+
+def same_file(a: Path, b: Path) -> bool:
+    """Whether `a` and `b` name one file: the same file on disk where both exist (links included), else the same
+    path once resolved."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        pass
+    try:
+        return a.resolve() == b.resolve()
+    except (OSError, RuntimeError):  # a loop of symbolic links
+        return a.absolute() == b.absolute()
+
+
 def _corpus(path: Path, shared: list[str]) -> list[tuple[str, list[str]]]:
     listed = []
     try:
-        lines = path.read_text(encoding="utf-8-sig").splitlines()
+        lines = path.read_text(encoding="utf-8-sig").split("\n")  # a question may hold U+2028 and other breaks
     except (OSError, UnicodeDecodeError) as exc:
         raise LocretError(f"cannot read {path}: {exc}") from None
     for number, record in jsonl_records(lines, str(path)):
