@@ -1,35 +1,38 @@
 """Reading documents as a stream: PDF page by page, text block by block, stdin with `-`.
 
-Nothing here holds a whole book at once. Text is decoded incrementally and cut at whitespace into blocks of about
-64K characters; each block (or PDF page) is tokenized on its own and the ids are handed out in chunks of the engine's
-size, each tagged with the pages it came from. A PDF is memory-mapped rather than read into memory, and the objects
-pypdf parses for a page are dropped once its text is out, so memory does not grow with the book's content (the page
-tree, about 8 KB a page, is held while reading). `pdf_pages.py` opens PDFs and extracts their pages' text, in a
-second process where the caller asks.
+Nothing here holds a whole book at once. An input is opened once and its first bytes tell a PDF from text, so a
+pipe, a FIFO or `/dev/fd/N` reads as a regular file does. Text is decoded incrementally (`text_stream.py`, which
+refuses binary data) and cut at whitespace into blocks of about 64K characters; each block (or PDF page) is tokenized
+on its own and the ids are handed out in chunks of the engine's size, each tagged with the pages it came from. A PDF
+is memory-mapped rather than read into memory (one arriving through a pipe is first copied into a private temporary
+file, whose name is removed once it is mapped), and the objects pypdf parses for a page are dropped once its text is
+out, so memory does not grow with the book's content (the page tree, about 8 KB a page, is held while reading).
+`pdf_pages.py` opens PDFs and extracts their pages' text, in a second process where the caller asks.
 
-Documents are untrusted: whatever a malformed file makes the PDF parser raise becomes one LocretError, and a text
-file full of NUL bytes is refused as binary rather than read.
+Documents are untrusted: whatever a malformed file makes the PDF parser raise becomes one LocretError.
 """
 
 from __future__ import annotations
 
-import codecs
+import contextlib
 import hashlib
+import os
+import stat
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from locret_cli.errors import LocretError
-from locret_cli.inputs.pdf_pages import open_pdf, page_texts
+from locret_cli.errors import InputError, LocretError
+from locret_cli.inputs.pdf_pages import OpenPdf, open_pdf, page_texts
 from locret_cli.inputs.sources import SourceMap, TokenChunk
+from locret_cli.inputs.text_stream import READ_BYTES, TextRead, check_encoding, decoded_blocks, read_up_to
 from locret_cli.inputs.tokenizer import encode_text, encode_text_with_offsets
 
 TEXT_BLOCK_CHARS = 65536
-READ_BYTES = 1 << 20
-BINARY_NUL_SHARE = 0.01  # a block of a byte-oriented encoding with more NUL bytes than this is not text
-WIDE_ENCODINGS = ("utf-16", "utf-32")  # where NUL bytes are ordinary
+PDF_MAGIC = b"%PDF-"
 
 
 @dataclass
@@ -43,12 +46,13 @@ class Segment:
 
 @dataclass
 class Document:
-    """An input opened for streaming; `segments()` reads it once."""
+    """An input opened for streaming; `segments()` reads it. A regular file can be read again (each call opens it
+    afresh); a stream (stdin, a pipe, a FIFO) only once, and a second call raises InputError."""
 
     name: str
     kind: str  # "pdf" or "text"
     unit: str  # progress unit: "pages" or "bytes"
-    total_units: int | None  # None when unknown (stdin)
+    total_units: int | None  # None when unknown (stdin, a pipe)
     segments: Callable[[], Iterator[Segment]]
     warnings: list[str] = field(default_factory=list)
     pages: int | None = None
@@ -64,124 +68,150 @@ def text_document(text: str, name: str = "generated") -> Document:
 
 def open_document(source: str, encoding: str | None = None, stdin: BinaryIO | None = None,
                   prefetch: bool = False) -> Document:
-    """Open a PDF or text file, or stdin for `-`. Raises LocretError for anything unreadable. With `prefetch`, a
-    PDF's pages are extracted from now on by a second process, ahead of the reader (`pdf_pages.py`)."""
-    if source == "-":
-        stream = stdin if stdin is not None else sys.stdin.buffer
-        return _text_document("<stdin>", lambda: stream, None, encoding)
-    path = Path(source).expanduser()
-    if not path.exists():
-        raise LocretError(f"no such file: {source}")
-    if path.is_dir():
-        raise LocretError(f"{source} is a directory, not a document")
-    try:
-        with path.open("rb") as f:
-            magic = f.read(5)
-    except OSError as exc:
-        raise LocretError(f"cannot read {source}: {exc.strerror}") from None
-    if magic == b"%PDF-" or path.suffix.lower() == ".pdf":
-        return _pdf_document(path, prefetch)
-    return _text_document(str(path), lambda: path.open("rb"), path.stat().st_size, encoding)
-
-
-def _text_document(name: str, opener: Callable[[], BinaryIO], size: int | None, encoding: str | None) -> Document:
-    doc = Document(name=name, kind="text", unit="bytes", total_units=size, segments=lambda: iter(()))
+    """Open a PDF or text file, or stdin for `-`: opened once, a PDF told from text by its first bytes (or a `.pdf`
+    name), and read on from there. Raises LocretError for anything unreadable. With `prefetch`, a regular PDF
+    file's pages are extracted from now on by a second process, ahead of the reader (`pdf_pages.py`)."""
     if encoding is not None:
-        try:  # also refuses codecs whose decoder gives bytes, not text, such as hex or zlib
-            if not isinstance(codecs.getincrementaldecoder(encoding)().decode(b"", final=True), str):
-                raise LookupError(encoding)
-        except (LookupError, TypeError):  # rot13's decoder takes str, not bytes
-            raise LocretError(f"unknown encoding {encoding!r}: name a text encoding such as utf-8 or latin-1") from None
+        check_encoding(encoding)
+    if source == "-":
+        path, name, stream = None, "<stdin>", stdin if stdin is not None else sys.stdin.buffer
+    else:
+        path = Path(source).expanduser()
+        if not path.exists():
+            raise InputError(f"no such file: {source}")
+        if path.is_dir():
+            raise InputError(f"{source} is a directory, not a document")
+        name, stream = str(path), _opened(path)
+    try:
+        head = read_up_to(stream, len(PDF_MAGIC), name)
+        size = _regular_size(stream) if path is not None else None
+    except LocretError:
+        _close(stream)
+        raise
+    if head == PDF_MAGIC or (path is not None and path.suffix.lower() == ".pdf"):
+        if size is None:
+            return _pdf_document(name, _spooled_pdf(name, head, stream), None)
+        stream.close()  # the PDF reader maps the file by its name, as the helper process opens it
+        return _pdf_document(name, open_pdf(path, prefetch), lambda: open_pdf(path))
+    reopen = (lambda: (_opened(path), b"")) if size is not None else None
+    return _text_document(name, (stream, head), reopen, size, encoding)
+
+
+def _opened(path: Path) -> BinaryIO:
+    try:
+        return path.open("rb")
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+def _regular_size(stream: BinaryIO) -> int | None:
+    """The size of the regular file `stream` reads; None for a pipe, FIFO, device or anything without a file."""
+    try:
+        status = os.fstat(stream.fileno())
+    except (OSError, ValueError):  # no file behind it (io.UnsupportedOperation is both)
+        return None
+    return status.st_size if stat.S_ISREG(status.st_mode) else None
+
+
+def _close(stream: BinaryIO) -> None:
+    if stream is not sys.stdin.buffer:
+        stream.close()
+
+
+def _next_opening(first: list, reopen: Callable | None, name: str):
+    """What the first read reads (taken from `first`), then a fresh opening for each read after; a stream has none."""
+    if first:
+        return first.pop()
+    if reopen is None:
+        raise InputError(f"{name} is a stream and was read already; save it to a file to read it more than once")
+    return reopen()
+
+
+def _text_document(name: str, opening: tuple[BinaryIO, bytes], reopen: Callable[[], tuple[BinaryIO, bytes]] | None,
+                   size: int | None, encoding: str | None) -> Document:
+    """A text Document; `opening` is the open stream and the bytes already read from it."""
+    doc = Document(name=name, kind="text", unit="bytes", total_units=size, segments=lambda: iter(()))
+    first = [opening]
 
     def segments() -> Iterator[Segment]:
-        stream = opener()
-        replaced = 0
-
-        def count_and_replace(exc: UnicodeDecodeError):
-            nonlocal replaced
-            replaced += exc.end - exc.start
-            return "\ufffd", exc.end
-
-        codecs.register_error("locret-count", count_and_replace)
-        digest = hashlib.sha256()
+        stream, head = _next_opening(first, reopen, name)
+        read = TextRead()
         try:
-            first = stream.read(READ_BYTES)
-            chosen = _choose_encoding(encoding, first)
-            decoder = codecs.getincrementaldecoder(chosen)(errors="locret-count")
-            wide = codecs.lookup(chosen).name.startswith(WIDE_ENCODINGS)
-            done, block = 0, first
-            while block:
-                if not wide and block.count(0) > BINARY_NUL_SHARE * len(block):
-                    raise LocretError(f"{name} holds binary data (NUL bytes after byte {done:,}), not text; "
-                                      "pass --encoding if it is UTF-16 or UTF-32")
-                done += len(block)
-                digest.update(block)
-                text = _decode(decoder, block, name, chosen)
-                if text:
-                    yield Segment(text, None, done)
-                block = stream.read(READ_BYTES)
-            tail = _decode(decoder, b"", name, chosen, final=True)
-            if tail:
-                yield Segment(tail, None, done)
+            for text, done in decoded_blocks(stream, head, name, encoding, read):
+                yield Segment(text, None, done)
         finally:
-            if stream is not sys.stdin.buffer:
-                stream.close()
-        doc.sha256, doc.size_bytes = digest.hexdigest(), done
-        if replaced:
+            _close(stream)
+        doc.sha256, doc.size_bytes = read.sha256, read.size_bytes
+        if read.replaced_bytes:
             hint = "" if encoding else "; pass --encoding if the file is not UTF-8"
-            doc.warnings.append(f"{name}: {replaced} invalid {chosen} byte(s) replaced with U+FFFD{hint}")
+            doc.warnings.append(
+                f"{name}: {read.replaced_bytes} invalid {read.encoding} byte(s) replaced with U+FFFD{hint}")
 
     doc.segments = segments
     return doc
 
 
-def _choose_encoding(encoding: str | None, head: bytes) -> str:
-    """The user's encoding, else what the BOM says, else UTF-8. UTF-16 or UTF-32 named without a byte order, in a
-    file without a BOM, is read little-endian: Python's decoder would refuse it."""
-    if encoding is None:
-        return _sniff_encoding(head)
-    name = codecs.lookup(encoding).name
-    boms = {"utf-16": (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE), "utf-32": (codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE)}
-    if name in boms and not head.startswith(boms[name]):
-        return f"{name}-le"
-    return encoding
-
-
-def _decode(decoder, block: bytes, name: str, chosen: str, final: bool = False) -> str:
+def _spooled_pdf(name: str, head: bytes, stream: BinaryIO) -> OpenPdf:
+    """The PDF arriving on `stream` (after `head`), copied into a private temporary file and mapped from there. The
+    file's name is removed as soon as it is mapped (where the system keeps a mapped file's name, when the PDF is
+    closed), so nothing is left behind. No helper process extracts its pages: it would open the file by its name."""
+    spool = None
     try:
-        return decoder.decode(block, final=final)
-    except UnicodeError as exc:  # what the error handler cannot replace, such as a stateful codec's own checks
-        raise LocretError(f"{name} cannot be read as {chosen}: {exc}") from None
+        handle, spool = tempfile.mkstemp(prefix="locret-", suffix=".pdf")
+        with os.fdopen(handle, "wb") as copy:
+            block = head
+            while block:
+                copy.write(block)
+                block = read_up_to(stream, READ_BYTES, name)
+        pdf = open_pdf(Path(spool), name=name)
+    except OSError as exc:
+        _remove(spool)
+        why = exc.strerror or exc
+        raise InputError(f"cannot copy {name} to a temporary file ({why}); save it to a file first") from None
+    except BaseException:
+        _remove(spool)
+        raise
+    finally:
+        _close(stream)
+    release = pdf.release
+
+    def release_and_remove() -> None:
+        release()
+        _remove(spool)
+
+    pdf.release = release_and_remove
+    _remove(spool)  # the mapping outlives the name
+    return pdf
 
 
-def _sniff_encoding(head: bytes) -> str:
-    for bom, name in ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),
-                      (codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16")):
-        if head.startswith(bom):
-            return name
-    return "utf-8"
+def _remove(path: str | None) -> None:
+    if path is not None:
+        with contextlib.suppress(OSError):  # gone already, or mapped on a system that keeps the name till it closes
+            os.unlink(path)
 
 
-def _pdf_document(path: Path, prefetch: bool) -> Document:
-    pdf = open_pdf(path, prefetch)
-    doc = Document(name=str(path), kind="pdf", unit="pages", total_units=pdf.pages, segments=lambda: iter(()),
+def _pdf_document(name: str, pdf: OpenPdf, reopen: Callable[[], OpenPdf] | None) -> Document:
+    """A PDF Document over the opened `pdf`; `reopen` opens it afresh for a later read (None: it cannot be)."""
+    doc = Document(name=name, kind="pdf", unit="pages", total_units=pdf.pages, segments=lambda: iter(()),
                    pages=pdf.pages)
+    first = [pdf]
 
     def segments() -> Iterator[Segment]:
+        opened = _next_opening(first, reopen, name)
         with_text = 0
         try:
-            for number, text, warning in page_texts(pdf, path):
+            for number, text, warning in page_texts(opened, Path(name)):
                 if warning:
                     doc.warnings.append(warning)
                 if text.strip():
                     with_text += 1
                     yield Segment(text + "\n\n", number, number)
-            doc.sha256, doc.size_bytes = hashlib.sha256(pdf.mapped).hexdigest(), len(pdf.mapped)
+            doc.sha256, doc.size_bytes = hashlib.sha256(opened.mapped).hexdigest(), len(opened.mapped)
         finally:
-            pdf.close()
+            opened.close()
         if with_text == 0:
-            raise LocretError(
-                f"{path} has no text layer (scanned images?); run OCR first, e.g. `ocrmypdf in.pdf out.pdf`"
+            raise InputError(
+                f"{name} has no text layer (scanned images?); run OCR first, e.g. `ocrmypdf in.pdf out.pdf`"
             )
 
     doc.segments = segments
@@ -238,7 +268,7 @@ def token_chunks(document: Document, tokenizer, chunk_size: int, prefix_ids: lis
     if pending:
         encode(pending, None)
     if not seen_text:
-        raise LocretError(f"{document.name} is empty: there is no text to read")
+        raise InputError(f"{document.name} is empty: there is no text to read")
     yield from take(final=True)
 
 

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from locret_cli.errors import LocretError
+from locret_cli.errors import InputError, LocretError
 
 PREFETCH_PAGES = 1024  # pages the helper holds extracted ahead of the reader, besides what the pipe holds
 PREFETCH_MAX_PAGES = 10_000  # above this, no helper: it would hold a second page tree (about 8 KB a page)
@@ -49,24 +49,26 @@ class OpenPdf:
         self.release()
 
 
-def open_pdf(path: Path, prefetch: bool = False) -> OpenPdf:
+def open_pdf(path: Path, prefetch: bool = False, name: str | None = None) -> OpenPdf:
     """Open, decrypt with the empty password where needed, and count the pages of `path`; with `prefetch`, start the
-    helper process extracting its pages. Raises LocretError for an empty, unreadable, encrypted or malformed file, or
-    one without pages."""
+    helper process extracting its pages. Raises LocretError, naming the file `name` (default: `path`), for an empty,
+    unreadable, encrypted or malformed file, or one without pages."""
     from pypdf import PdfReader
     from pypdf.errors import DependencyError
 
+    name = name or str(path)
+
     if path.stat().st_size == 0:
-        raise LocretError(f"{path} is empty: there is no text to read")
+        raise InputError(f"{name} is empty: there is no text to read")
     try:
         handle = path.open("rb")
     except OSError as exc:
-        raise LocretError(f"cannot read {path}: {exc.strerror}") from None
+        raise InputError(f"cannot read {name}: {exc.strerror}") from None
     try:
         mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
     except (OSError, ValueError) as exc:  # not a regular file: a pipe or a device
         handle.close()
-        raise LocretError(f"cannot map {path} into memory ({exc}); save it as a regular file first") from None
+        raise InputError(f"cannot map {name} into memory ({exc}); save it as a regular file first") from None
 
     def close() -> None:
         mapped.close()
@@ -80,17 +82,17 @@ def open_pdf(path: Path, prefetch: bool = False) -> OpenPdf:
             except DependencyError:
                 opened = 0
             if not opened:
-                raise LocretError(f"{path} is encrypted; decrypt it first (e.g. `qpdf --decrypt in.pdf out.pdf`)")
+                raise InputError(f"{name} is encrypted; decrypt it first (e.g. `qpdf --decrypt in.pdf out.pdf`)")
         total = len(reader.pages)
         reader.resolved_objects.clear()
         if total == 0:
-            raise LocretError(f"{path} has no pages")
+            raise InputError(f"{name} has no pages")
     except LocretError:
         close()
         raise
     except Exception as exc:  # a malformed file makes pypdf raise many types, RecursionError among them
         close()
-        raise LocretError(f"{path} is not a readable PDF ({type(exc).__name__}: {_first_line(exc)})") from None
+        raise InputError(f"{name} is not a readable PDF ({type(exc).__name__}: {_first_line(exc)})") from None
     helper = _start_helper(path) if prefetch and total <= PREFETCH_MAX_PAGES else None
     return OpenPdf(reader, mapped, total, close, helper)
 
@@ -101,7 +103,8 @@ def page_text(pdf: OpenPdf, path: Path, number: int) -> tuple[str, str | None]:
     try:
         return pdf.reader.pages[number - 1].extract_text() or "", None
     except Exception as exc:  # malformed content streams raise many types
-        return "", f"{path}: page {number} skipped, its text could not be read ({type(exc).__name__}: {_first_line(exc)})"
+        return "", (f"{path}: page {number} skipped, its text could not be read "
+                    f"({type(exc).__name__}: {_first_line(exc)})")
     finally:
         pdf.reader.resolved_objects.clear()
 
