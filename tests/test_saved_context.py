@@ -10,7 +10,7 @@ import torch
 from conftest import tiny_model
 
 from locret_cli.api import Session, load_session
-from locret_cli.api.saved_context import LAYER_TENSORS, load_reading, save_reading
+from locret_cli.api.saved_context import LAYER_TENSORS, VERSION, load_reading, save_reading
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.errors import LocretError
 from locret_cli.models.loading import LoadedModel
@@ -91,13 +91,13 @@ def test_bad_files_are_refused_in_one_line(session, saved, tmp_path):
     flipped[-100] ^= 0xFF
     (tmp_path / "flipped.locret").write_bytes(bytes(flipped))
     (tmp_path / "text.locret").write_text("not a context at all")
-    rewrite_header(path, tmp_path / "future.locret", lambda h: {**h, "version": 2, "locret": "9.0"})
+    rewrite_header(path, tmp_path / "future.locret", lambda h: {**h, "version": VERSION + 1, "locret": "9.0"})
     rewrite_header(path, tmp_path / "other.locret", lambda h: {**h, "format": "something-else"})
     cases = {
         "truncated.locret": "not a readable .locret file",
         "flipped.locret": "is corrupted",
         "text.locret": "not a readable .locret file",
-        "future.locret": "written by locret 9.0 in context format 2",
+        "future.locret": f"written by locret 9.0 in context format {VERSION + 1}",
         "other.locret": "not a locret saved context",
         "missing.locret": "no such file",
     }

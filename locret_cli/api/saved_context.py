@@ -4,7 +4,8 @@ One safetensors file. Per layer i, `layers.i.{keys,values,scores,positions,origi
 reading left them; `frequencies` the inverse RoPE frequencies its keys are rotated with; `units.{starts,first,last}`
 the document's page or line map. The header's metadata key "locret" holds JSON: the format and its version, the
 settings, the model's identity (shape, dtype, a fingerprint of its weights), the tokenizer's and the heads'
-fingerprints, the document's name, size and SHA-256, and a SHA-256 of every tensor. Nothing is pickled.
+fingerprints, the document's name, size and SHA-256, a SHA-256 of every tensor, and a SHA-256 of the header itself
+(`context_header.py`), checked before anything in the file is used. Nothing is pickled.
 """
 
 from __future__ import annotations
@@ -16,27 +17,29 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from locret_cli import __version__
 from locret_cli.api.answer import DocumentInfo
+from locret_cli.api.context_header import DIGEST, check_digest, check_fields, header_digest
 from locret_cli.api.reading import Reading
 from locret_cli.core.cache.bounded import FIELDS
 from locret_cli.core.cache.quantized import parts
 from locret_cli.core.engine import Engine
 from locret_cli.core.policies import Policy
-from locret_cli.errors import LocretError, SettingError
+from locret_cli.errors import InputError, LocretError, SettingError
 from locret_cli.files import CONTEXT_SUFFIX, check_output, replacing
 from locret_cli.inputs.prompt import line_end_ids, stop_token_ids, word_ids
 from locret_cli.inputs.sources import SourceMap
+from locret_cli.models.file_checks import plain, read_tensors
 from locret_cli.models.fingerprint import heads_fingerprint, model_identity, tokenizer_fingerprint
-from locret_cli.settings import AnswerSettings, ReadSettings, names
+from locret_cli.settings import AnswerSettings, ReadSettings
 
-FORMAT, VERSION = "locret-context", 1
+FORMAT, VERSION = "locret-context", 2
 LAYER_TENSORS = FIELDS  # what each layer saves; unrotated keys are turned back again if the loaded keys ever move
 UNIT_TENSORS = ("starts", "first", "last")
-INPUT_IDS = "document.ids"  # every token read, for re-reading windows of it; files written before it lack it
+INPUT_IDS = "document.ids"  # every token read, for re-reading windows of it; absent where the reading had none
 
 
 def layer_parts(kv_bits: int) -> list[str]:
@@ -94,8 +97,9 @@ def save_reading(reading: Reading, path: str | Path, heads=None, force: bool = F
         "units": reading.source_map.kind,
         "tensors_sha256": tensors_digest(tensors),
     }
-    if reading.read_for:  # a question-agnostic read writes the same header as before question-aware reads existed
+    if reading.read_for:  # a question-agnostic read writes no read_for
         header["read_for"] = list(reading.read_for)
+    header[DIGEST] = header_digest(header)
     with replacing(path) as temporary:
         save_file(tensors, str(temporary), metadata={"locret": json.dumps(header)})
     size = path.stat().st_size
@@ -105,22 +109,25 @@ def save_reading(reading: Reading, path: str | Path, heads=None, force: bool = F
 
 
 def read_header(path: str | Path) -> dict:
-    """The JSON header of a `.locret` file, checked for format and version; one-line LocretError otherwise."""
+    """The JSON header of a `.locret` file, checked for format and version, then against its digest, then field by
+    field (`context_header.py`); one-line LocretError otherwise."""
     path = Path(path)
     if not path.is_file():
-        raise LocretError(f"no such file: {path}")
+        raise InputError(f"no such file: {path}")
     try:
         with safe_open(str(path), framework="pt") as f:
             header = json.loads((f.metadata() or {})["locret"])
-    except Exception as exc:  # safetensors raises its own types for truncated or garbled files
-        raise LocretError(f"{path} is not a readable .locret file (truncated or corrupted: "
+    except (SafetensorError, OSError, KeyError, ValueError, RecursionError) as exc:
+        raise InputError(f"{path} is not a readable .locret file (truncated or corrupted: "
                           f"{type(exc).__name__})") from None
-    if header.get("format") != FORMAT:
-        raise LocretError(f"{path} is not a locret saved context")
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        raise InputError(f"{path} is not a locret saved context")
     if header.get("version") != VERSION:
-        raise LocretError(f"{path} was written by locret {header.get('locret', '?')} in context format "
-                          f"{header.get('version')}; this locret ({__version__}) reads format {VERSION}: read the "
-                          "document again with `locret read`")
+        raise InputError(f"{path} was written by locret {plain(header.get('locret', '?'))} in context format "
+                          f"{plain(header.get('version'))}; this locret ({__version__}) reads format {VERSION}: read "
+                          "the document again with `locret read`")
+    check_digest(header, path)
+    check_fields(header, path)
     return header
 
 
@@ -131,23 +138,18 @@ def load_reading(path: str | Path, model, tokenizer, model_name: str, heads=None
     started = time.perf_counter()
     header = read_header(path)
     check_matches(header, model, tokenizer, heads, path)
-    try:
-        with safe_open(str(path), framework="pt") as f:
-            tensors = {name: f.get_tensor(name) for name in f.keys()}
-    except Exception as exc:
-        raise LocretError(f"{path} is not a readable .locret file (truncated or corrupted: "
-                          f"{type(exc).__name__})") from None
+    tensors = read_tensors(Path(path))
     if tensors_digest(tensors) != header["tensors_sha256"]:
-        raise LocretError(f"{path} is corrupted: its tensors do not match the checksum written with them")
-    settings = ReadSettings(**{k: v for k, v in header["settings"].items() if k in names(ReadSettings)})
+        raise InputError(f"{path} is corrupted: its tensors do not match the checksum written with them")
+    settings = ReadSettings(**header["settings"])
     engine = Engine(model, SavedPolicy(header["policy"]), settings, stop_token_ids(model, tokenizer),
                     len(header["prefix_ids"]), answering, line_ends=line_end_ids(tokenizer),
                     words=word_ids(tokenizer))
     try:
         restore_cache(engine, tensors, header)
         source_map = SourceMap(header["units"], *(tensors[f"units.{n}"].tolist() for n in UNIT_TENSORS))
-    except (KeyError, RuntimeError, ValueError) as exc:
-        raise LocretError(f"{path} is not a readable .locret file (missing or misshapen tensors: {exc})") from None
+    except (KeyError, IndexError, RuntimeError, ValueError) as exc:
+        raise InputError(f"{path} is not a readable .locret file (missing or misshapen tensors: {exc})") from None
     return Reading(engine, tokenizer, model_name, list(header["prefix_ids"]), source_map,
                    DocumentInfo(**header["document"]), time.perf_counter() - started, loaded_from=str(path),
                    input_ids=tensors.get(INPUT_IDS), read_for=tuple(header.get("read_for", ())))
@@ -178,13 +180,13 @@ def check_matches(header: dict, model, tokenizer, heads, path) -> None:
             raise SettingError("{path} was read with {saved} weights and this run loads {current}: pass {dtype} "
                                "{short}", path=path, saved=saved["dtype"], current=current["dtype"],
                                short=short_dtype(saved["dtype"]))
-        raise LocretError(f"{path} was read by another model ({saved['name']}, weights "
+        raise InputError(f"{path} was read by another model ({saved['name']}, weights "
                           f"{saved['weights_sha256'][:12]}; this one's are {current['weights_sha256'][:12]}): {redo}")
     if header["tokenizer"] != tokenizer_fingerprint(tokenizer):
-        raise LocretError(f"{path} was read with another tokenizer: {redo}")
+        raise InputError(f"{path} was read with another tokenizer: {redo}")
     given = heads_fingerprint(heads)
     if given is not None and header["heads"] is not None and given != header["heads"]:
-        raise LocretError(f"{path} was read with other retaining heads ({header['heads']['sha256'][:12]}; these "
+        raise InputError(f"{path} was read with other retaining heads ({header['heads']['sha256'][:12]}; these "
                           f"are {given['sha256'][:12]}): pass the heads it was read with, or read it again")
 
 

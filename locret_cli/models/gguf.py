@@ -10,21 +10,20 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
-import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO
-
-import numpy
+from typing import TypeVar
 
 from locret_cli.core.shape import ModelShape
 from locret_cli.core.transformers_internals import quiet_gguf_conversion
-from locret_cli.errors import LocretError
+from locret_cli.errors import LocretError, ModelError
+from locret_cli.models import gguf_header
 
 INSTALL_HINT = "pip install 'locret-cli[gguf]'"
 # GGUF `general.architecture` values of the families locret supports (README: Llama, Mistral, Qwen2/3, Phi-3)
 SUPPORTED = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma3")
+T = TypeVar("T")
 
 
 def is_gguf(name: str) -> bool:
@@ -40,119 +39,86 @@ def require_packages() -> None:
 
 def architecture(path: Path) -> str:
     """The file's `general.architecture`, refusing a file that is missing or not GGUF."""
-    return header(path, ("general.architecture",))["general.architecture"]
+    found = header(path, ("general.architecture",))["general.architecture"]
+    if not isinstance(found, str):
+        raise ModelError(f"{path} is not a readable GGUF file: its general.architecture is not a string")
+    return found
 
 
 def shape(path: Path) -> ModelShape:
-    """The attention sizes the file's header records, for checks made before its weights load."""
-    sizes = ("block_count", "attention.head_count", "attention.head_count_kv", "embedding_length",
+    """The attention sizes the header of a file of a supported architecture records, for checks made before its
+    weights load: the layer count, heads and width must be there, each a positive count; the KV heads and the key
+    length, where missing, are the heads and the width per head."""
+    sizes = ("block_count", "attention.head_count", "embedding_length", "attention.head_count_kv",
              "attention.key_length")
-    arch = architecture(path)
+    arch = check_supported(path)
     found = header(path, ("general.architecture", *(f"{arch}.{s}" for s in sizes)), required=4)
-    layers, heads, kv_heads, hidden, key_length = (found.get(f"{arch}.{s}") for s in sizes)
+    for key, value in found.items():
+        if key != "general.architecture" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ModelError(f"{path} is not a readable GGUF file: its {key} is {value!r}, not a positive count")
+    layers, heads, hidden, kv_heads, key_length = (found.get(f"{arch}.{s}") for s in sizes)
     return ModelShape(layers=layers, heads=heads, kv_heads=kv_heads or heads, head_dim=key_length or hidden // heads,
                       hidden_size=hidden)
 
 
 def header(path: Path, keys: tuple[str, ...], required: int = 1) -> dict:
     """The values of `keys` in the header, of which the first `required` must be there; refuses a file that is
-    missing or not GGUF. The pairs are read up to the last key wanted, the other values skipped unparsed:
-    `GGUFReader` would parse every field, the tokenizer's vocabulary included, which is slow for a real model."""
+    missing or not GGUF. The pairs are read up to the last key wanted, the other values skipped unparsed
+    (`gguf_header.py`): `GGUFReader` would parse every field, the tokenizer's vocabulary included, which is slow for
+    a real model."""
+    found = _parsed(path, lambda: gguf_header.values(path, keys))
+    missing = [k for k in keys[:required] if k not in found]
+    if missing:
+        raise ModelError(f"{path} is not a readable GGUF file: its header has no {', '.join(missing)}")
+    return found
+
+
+def check_layout(path: Path) -> None:
+    """Refuse, in one line, a file whose whole header gguf's `GGUFReader` could not read within the file
+    (`gguf_header.check_layout`): what transformers loads it with."""
+    _parsed(path, lambda: gguf_header.check_layout(path))
+
+
+def _parsed(path: Path, parse: Callable[[], T]) -> T:
+    """What `parse` reads from the GGUF file at `path`; its ValueError or OSError as one LocretError line."""
     if not path.is_file():
         raise LocretError(f"no such GGUF file: {path}")
     require_packages()
     try:
-        with path.open("rb") as f:
-            found = _header_values(f, keys)
-        missing = [k for k in keys[:required] if k not in found]
-        if missing:
-            raise ValueError(f"its header has no {', '.join(missing)}")
-        return found
-    except (ValueError, OSError, struct.error) as exc:
+        return parse()
+    except (ValueError, OSError) as exc:
         reason = str(exc).splitlines()[0] if str(exc) else repr(exc)
-        raise LocretError(f"{path} is not a readable GGUF file: {reason}") from None
-
-
-def _header_values(f: BinaryIO, keys: tuple[str, ...]) -> dict:
-    """`keys`' scalar and string values from an open GGUF file (magic, version, tensor count, key-value count, then
-    the pairs: key string, value type, value), skipping the other values."""
-    from gguf import GGUF_MAGIC, GGUFValueType
-
-    magic, version = struct.unpack("<II", f.read(8))
-    if magic != GGUF_MAGIC:
-        raise ValueError("no GGUF magic at the start")
-    order = "<" if version & 0xFFFF else ">"  # a big-endian file's version reads byte-swapped
-    _, pairs = struct.unpack(order + "QQ", f.read(16))
-
-    def number(code: str) -> int:
-        return struct.unpack(order + code, f.read(struct.calcsize(code)))[0]
-
-    def text() -> bytes:
-        size = number("Q")
-        data = f.read(size)
-        if len(data) != size:
-            raise ValueError("the header ends inside a string")
-        return data
-
-    def skip(kind: int) -> None:
-        if kind == GGUFValueType.STRING:
-            text()
-        elif kind == GGUFValueType.ARRAY:
-            item, count = number("I"), number("Q")
-            if item in (GGUFValueType.STRING, GGUFValueType.ARRAY):
-                for _ in range(count):
-                    skip(item)
-            else:
-                f.seek(count * _scalar_size(item), 1)
-        else:
-            f.seek(_scalar_size(kind), 1)
-
-    found: dict = {}
-    for _ in range(pairs):
-        key, kind = text().decode(errors="replace"), number("I")
-        if len(found) == len(keys):
-            break
-        if key in keys and kind == GGUFValueType.STRING:
-            found[key] = text().decode()
-        elif key in keys and kind not in (GGUFValueType.ARRAY, GGUFValueType.STRING):
-            dtype = numpy.dtype(_scalar_type(kind)).newbyteorder(order)
-            found[key] = numpy.frombuffer(f.read(dtype.itemsize), dtype=dtype)[0].item()
-        else:
-            skip(kind)
-    return found
-
-
-def _scalar_type(kind: int):
-    from gguf import GGUFReader, GGUFValueType
-
-    return GGUFReader.gguf_scalar_to_np[GGUFValueType(kind)]
-
-
-def _scalar_size(kind: int) -> int:
-    return numpy.dtype(_scalar_type(kind)).itemsize
+        raise ModelError(f"{path} is not a readable GGUF file: {reason}") from None
 
 
 def check_supported(path: Path) -> str:
     """The architecture of a GGUF file locret can drive; any other is refused in one line."""
     found = architecture(path)
     if found not in SUPPORTED:
-        raise LocretError(
+        raise ModelError(
             f"{path.name} holds a {found!r} model; locret reads GGUF files of {', '.join(SUPPORTED)} models"
         )
     return found
 
 
 def load(path: Path, dtype, trust_remote_code: bool):
-    """(model, tokenizer) from a GGUF file, both from the file alone."""
+    """(model, tokenizer) from a GGUF file, both from the file alone, once its whole header reads within the file
+    (`check_layout`). What transformers then cannot make of the header's values (a tensor of another size than the
+    config, a field of the wrong type) is refused in one line too."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     check_supported(path)
+    check_layout(path)
     directory, name = str(path.parent), path.name
-    with quiet_gguf_conversion(), _parsed_once():
-        tokenizer = AutoTokenizer.from_pretrained(directory, gguf_file=name, trust_remote_code=trust_remote_code)
-        model = AutoModelForCausalLM.from_pretrained(
-            directory, gguf_file=name, dtype=dtype, trust_remote_code=trust_remote_code, attn_implementation="sdpa"
-        )
+    try:
+        with quiet_gguf_conversion(), _parsed_once():
+            tokenizer = AutoTokenizer.from_pretrained(directory, gguf_file=name, trust_remote_code=trust_remote_code)
+            model = AutoModelForCausalLM.from_pretrained(
+                directory, gguf_file=name, dtype=dtype, trust_remote_code=trust_remote_code, attn_implementation="sdpa"
+            )
+    except (RuntimeError, KeyError, IndexError, TypeError) as exc:  # transformers' own, on values it reads
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ModelError(f"{path} holds a model transformers cannot load: {type(exc).__name__}: {reason}") from None
     return model, tokenizer
 
 

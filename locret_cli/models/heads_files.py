@@ -9,41 +9,58 @@
 from __future__ import annotations
 
 import json
+import pickle
 import re
 from dataclasses import asdict
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
 from safetensors.torch import save_file
 
 from locret_cli.core.heads import RetainingHeads, activation_of, compute_dtype
 from locret_cli.core.identity import SAME_MODEL, same_model
 from locret_cli.core.shape import ModelShape
-from locret_cli.errors import LocretError
+from locret_cli.core.transformers_internals import has_activation
+from locret_cli.errors import ModelError
+from locret_cli.models.file_checks import (
+    IDENTITY,
+    MODEL_SHAPE,
+    checked,
+    maybe,
+    one_of,
+    read_json,
+    read_tensors,
+    record,
+    shown,
+    text,
+    whole,
+)
 
 HEADS_WEIGHTS = "heads.safetensors"
 HEADS_CONFIG = "heads.json"
 FORMAT_NAME = "locret-heads"
 FORMAT_VERSION = 1
 _OFFICIAL_KEY = re.compile(r"(?:^|\.)layers\.(\d+)\.self_attn\.(fc1|fc2)\.(weight|bias)$")
+# what `heads.json` must hold; training adds fields of its own (model, data, training), which loading never reads
+CONFIG_FIELDS = record({"format": one_of(FORMAT_NAME), "version": one_of(FORMAT_VERSION), "model_shape": MODEL_SHAPE,
+                        "hidden": whole(1), "activation": text}, {"model_identity": maybe(IDENTITY)}, others=True)
 
 
 def save_heads(heads: RetainingHeads, directory: str | Path, extra: dict | None = None) -> None:
-        """Write `heads.safetensors` and `heads.json` into `directory` (created if needed)."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        tensors = {name: t.detach().to("cpu").contiguous() for name, t in heads.state_dict().items()}
-        save_file(tensors, str(directory / HEADS_WEIGHTS))
-        meta = {
-            "format": FORMAT_NAME,
-            "version": FORMAT_VERSION,
-            "model_shape": asdict(heads.shape),
-            "hidden": heads.hidden,
-            "activation": heads.activation,
-            **(extra or {}),
-        }
-        (directory / HEADS_CONFIG).write_text(json.dumps(meta, indent=2) + "\n")
+    """Write `heads.safetensors` and `heads.json` into `directory` (created if needed)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    tensors = {name: t.detach().to("cpu").contiguous() for name, t in heads.state_dict().items()}
+    save_file(tensors, str(directory / HEADS_WEIGHTS))
+    meta = {
+        "format": FORMAT_NAME,
+        "version": FORMAT_VERSION,
+        "model_shape": asdict(heads.shape),
+        "hidden": heads.hidden,
+        "activation": heads.activation,
+        **(extra or {}),
+    }
+    (directory / HEADS_CONFIG).write_text(json.dumps(meta, indent=2) + "\n")
 
 
 def load_heads(path: str | Path, model, dtype: torch.dtype | None = None) -> RetainingHeads:
@@ -54,7 +71,7 @@ def load_heads(path: str | Path, model, dtype: torch.dtype | None = None) -> Ret
     """
     path = Path(path)
     if not path.exists():
-        raise LocretError(f"heads not found: {path}")
+        raise ModelError(f"heads not found: {path}")
     config = model.config.get_text_config(decoder=True)
     shape = ModelShape.from_config(config)
     if path.is_dir() and (path / HEADS_CONFIG).exists():
@@ -68,41 +85,39 @@ def _check_identity(directory: Path, identity: dict, model) -> None:
     """Refuse heads recorded for other weights of the same shape (`core/identity.py`)."""
     match, cosine = same_model(model, identity)
     if not match:
-        raise LocretError(
+        raise ModelError(
             f"heads in {directory} were trained for another model of this shape (its weights agree with the "
             f"model's to cosine {cosine:.2f}; the same model in any precision agrees above {SAME_MODEL})"
         )
 
 
-def other_shape(directory, saved: ModelShape, shape: ModelShape) -> LocretError:
+def other_shape(directory, saved: ModelShape, shape: ModelShape) -> ModelError:
     """The refusal of heads in `directory`, saved for the shape `saved`, by a model of `shape`."""
     diffs = ", ".join(f"{k} {v} (model has {getattr(shape, k)})" for k, v in asdict(saved).items()
                       if getattr(shape, k) != v)
-    return LocretError(f"heads in {directory} were trained for another model shape: {diffs}")
+    return ModelError(f"heads in {directory} were trained for another model shape: {diffs}")
+
+
+def heads_config(directory: Path) -> dict:
+    """`heads.json` in `directory`, checked: our format and version, the model shape, a hidden size and an
+    activation transformers has, and (optional) the model's identity; LocretError naming the first bad field."""
+    path = directory / HEADS_CONFIG
+    meta = checked(read_json(path), CONFIG_FIELDS, path, "locret heads config")
+    if not has_activation(meta["activation"]):
+        raise ModelError(f"{path} is not a valid locret heads config: activation {shown(meta['activation'])} is "
+                          "not an activation transformers has")
+    return meta
 
 
 def _load_ours(directory: Path, shape: ModelShape, model) -> RetainingHeads:
-    try:
-        meta = json.loads((directory / HEADS_CONFIG).read_text())
-    except json.JSONDecodeError as exc:
-        raise LocretError(f"{directory / HEADS_CONFIG} is not valid JSON: {exc}") from None
-    if meta.get("format") != FORMAT_NAME:
-        raise LocretError(f"{directory / HEADS_CONFIG} is not a locret heads config")
+    meta = heads_config(directory)
     saved = ModelShape(**meta["model_shape"])
-    if saved == shape and meta.get("model_identity"):
-        _check_identity(directory, meta["model_identity"], model)
     if saved != shape:
         raise other_shape(directory, saved, shape)
-    heads = RetainingHeads(shape, meta["hidden"], meta["activation"])
+    if meta.get("model_identity"):
+        _check_identity(directory, meta["model_identity"], model)
     weights = directory / HEADS_WEIGHTS
-    if not weights.exists():
-        raise LocretError(f"{weights} is missing")
-    with safe_open(str(weights), framework="pt") as f:
-        state = {k: f.get_tensor(k) for k in f.keys()}
-    missing, unexpected = heads.load_state_dict(state, strict=False)
-    if missing or unexpected:
-        raise LocretError(f"{weights} does not match its config (missing {missing[:3]}, unexpected {unexpected[:3]})")
-    return heads
+    return _heads_from(read_tensors(weights), shape, meta["activation"], f"the heads in {weights}", meta["hidden"])
 
 
 def _official_tensors(path: Path) -> dict[str, torch.Tensor]:
@@ -111,20 +126,23 @@ def _official_tensors(path: Path) -> dict[str, torch.Tensor]:
     found: dict[str, torch.Tensor] = {}
     for file in files:
         if file.suffix == ".safetensors":
-            with safe_open(str(file), framework="pt") as f:
-                for key in f.keys():
-                    if m := _OFFICIAL_KEY.search(key):
-                        found[f"layers.{m[1]}.{m[2]}.{m[3]}"] = f.get_tensor(key)
+            state = read_tensors(file, _OFFICIAL_KEY.search)
         elif file.suffix == ".bin":
             try:
                 state = torch.load(file, map_location="cpu", weights_only=True, mmap=True)
             except Exception as exc:  # pickle errors come in many types
-                raise LocretError(f"cannot read {file} as a weights-only checkpoint: {exc}") from None
-            for key, tensor in state.items():
-                if m := _OFFICIAL_KEY.search(key):
-                    found[f"layers.{m[1]}.{m[2]}.{m[3]}"] = tensor
+                reason = ("it holds more than weights" if isinstance(exc, pickle.UnpicklingError)
+                          else str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+                raise ModelError(f"cannot read {file} as a weights-only checkpoint: {reason}") from None
+            if not isinstance(state, dict):
+                raise ModelError(f"{file} holds a {type(state).__name__}, not weights by name")
+        else:
+            continue
+        for key, tensor in state.items():
+            if isinstance(key, str) and isinstance(tensor, torch.Tensor) and (m := _OFFICIAL_KEY.search(key)):
+                found[f"layers.{m[1]}.{m[2]}.{m[3]}"] = tensor
     if not found:
-        raise LocretError(
+        raise ModelError(
             f"no retaining heads in {path}: expected {HEADS_CONFIG} or weights named "
             "model.layers.<i>.self_attn.fc1.weight / fc2.weight"
         )
@@ -135,18 +153,44 @@ def _load_official(path: Path, shape: ModelShape, activation: str) -> RetainingH
     state = _official_tensors(path)
     layers = 1 + max(int(k.split(".")[1]) for k in state)
     if layers != shape.layers:
-        raise LocretError(f"heads in {path} have {layers} layers; the model has {shape.layers}")
-    fc1 = state["layers.0.fc1.weight"]
-    if fc1.shape[1] != shape.qkv_width or state["layers.0.fc2.weight"].shape[0] != shape.kv_heads:
-        raise LocretError(
-            f"heads in {path} take {fc1.shape[1]} inputs and give {state['layers.0.fc2.weight'].shape[0]} scores; "
+        raise ModelError(f"heads in {path} have {layers} layers; the model has {shape.layers}")
+    fc1, fc2 = state.get("layers.0.fc1.weight"), state.get("layers.0.fc2.weight")
+    if fc1 is not None and fc2 is not None and fc1.dim() == fc2.dim() == 2 and (
+            fc1.shape[1] != shape.qkv_width or fc2.shape[0] != shape.kv_heads):
+        raise ModelError(
+            f"heads in {path} take {fc1.shape[1]} inputs and give {fc2.shape[0]} scores; "
             f"the model needs {shape.qkv_width} inputs and {shape.kv_heads} scores (one per KV head)"
         )
-    heads = RetainingHeads(shape, fc1.shape[0], activation)
-    if "layers.0.fc1.bias" not in state:
+    return _heads_from(state, shape, activation, f"the heads in {path}")
+
+
+def _heads_from(state: dict[str, torch.Tensor], shape: ModelShape, activation: str, source: str,
+                hidden: int | None = None) -> RetainingHeads:
+    """Heads for `shape` holding `state` (our names; biases all there or none), once every tensor is there in the
+    size the model and `hidden` (None: the file's own) need: nothing is allocated for a size the file lacks."""
+    first = state.get("layers.0.fc1.weight")
+    hidden = hidden or (first.shape[0] if first is not None and first.dim() == 2 else 0)
+    if not hidden:
+        raise ModelError(f"{source} have no layers.0.fc1.weight matrix")
+    bias = "layers.0.fc1.bias" in state
+    sizes: dict[str, tuple[int, ...]] = {}
+    for i in range(shape.layers):
+        sizes |= {f"layers.{i}.fc1.weight": (hidden, shape.qkv_width),
+                  f"layers.{i}.fc2.weight": (shape.kv_heads, hidden)}
+        if bias:
+            sizes |= {f"layers.{i}.fc1.bias": (hidden,), f"layers.{i}.fc2.bias": (shape.kv_heads,)}
+    missing, unexpected = sorted(set(sizes) - set(state)), sorted(set(state) - set(sizes))
+    if missing or unexpected:
+        raise ModelError(f"{source} are incomplete: missing {missing[:3]}, unexpected {unexpected[:3]}")
+    wrong = [f"{name} is {list(state[name].shape)}, where {list(size)} is needed" for name, size in sizes.items()
+             if tuple(state[name].shape) != size]
+    wrong += [f"{name} holds {tensor.dtype}, not floating-point numbers" for name, tensor in state.items()
+              if not tensor.is_floating_point()]
+    if wrong:
+        raise ModelError(f"{source} do not fit this model: {'; '.join(wrong[:2])}")
+    heads = RetainingHeads(shape, hidden, activation)
+    if not bias:
         for head in heads.layers:
             head.fc1.bias = head.fc2.bias = None
-    missing, unexpected = heads.load_state_dict(state, strict=False)
-    if missing or unexpected:
-        raise LocretError(f"incomplete heads in {path}: missing {missing[:3]}, unexpected {unexpected[:3]}")
+    heads.load_state_dict(state)  # strict: every name and size is checked above
     return heads

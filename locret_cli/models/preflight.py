@@ -17,7 +17,7 @@ from locret_cli.core.shape import ModelShape
 from locret_cli.core.transformers_internals import sampled_weight_names
 from locret_cli.errors import LocretError, SettingError
 from locret_cli.models import shipped
-from locret_cli.models.heads_files import HEADS_CONFIG, other_shape
+from locret_cli.models.heads_files import HEADS_CONFIG, heads_config, other_shape
 
 
 def shape_of(source: str) -> ModelShape | None:
@@ -91,14 +91,12 @@ def require_shipped_heads(source: str, root: Path | None = None) -> None:
 
 
 def check_heads_shape(heads: str, source: str) -> None:
-    """Refuse, before loading, heads in our format recorded for another shape than `source`'s config says."""
+    """Refuse, before loading, heads in our format with a bad config (`heads_config`), or recorded for another
+    shape than `source`'s config says."""
     config = Path(heads) / HEADS_CONFIG
     shape = shape_of(source) if config.is_file() else None
     if shape is None:
         return
-    try:
-        recorded = ModelShape(**json.loads(config.read_text())["model_shape"])
-    except (ValueError, KeyError, TypeError):
-        return  # load_heads names what is wrong with the file
+    recorded = ModelShape(**heads_config(Path(heads))["model_shape"])
     if recorded != shape:
         raise other_shape(heads, recorded, shape)
