@@ -93,6 +93,14 @@ def family_model(request):
     return tiny_model(request.param)
 
 
+@pytest.fixture(scope="module")
+def embedded_session():
+    """A session of the embedded model, loaded once per test module."""
+    from locret_cli.api import load_session
+
+    return load_session(device="cpu")
+
+
 @pytest.fixture
 def llama():
     return tiny_model("llama")

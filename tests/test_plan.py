@@ -135,11 +135,12 @@ def test_the_session_reads_with_the_plan_as_it_is(monkeypatch):
     assert session.facts == ModelFacts({"budget": 64, "chunk_size": 16}, 4, False, len(head))
     plan = session.plan({"stabilizers": 8}, {"max_new_tokens": 300}, questions=["What is it?"])
     estimated = []
-    monkeypatch.setattr(Session, "check_memory", lambda self, policy, settings, document, after: estimated.append(
-        (settings, after)))
+    monkeypatch.setattr(Session, "check_memory", lambda self, policy, settings, document, after, question:
+                        estimated.append((settings, after, question)))
     reading = session.read(text_document(DOCUMENT[:600], "doc"), plan)
     assert reading.settings == plan.read and reading.answering == plan.answer and not reading.warnings
-    assert estimated == [(plan.read, QUESTION_ALLOWANCE + 300)]  # the memory estimate sees the answer's length
+    # the memory estimate sees the answer's length, and a short question as the allowance every read keeps for one
+    assert estimated == [(plan.read, QUESTION_ALLOWANCE + 300, QUESTION_ALLOWANCE)]
 
 
 def test_ask_json_prints_the_settings_of_its_plan(tmp_path):

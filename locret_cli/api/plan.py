@@ -46,7 +46,8 @@ class ModelFacts:
 class Plan:
     """One run's decisions: the policy, the final read and answer settings, chat's history, the questions the read is
     steered by (a policy that reads with them; else none), whether the bounded read waits for an answer that needs
-    it, the saved context the read comes from (its settings are the file's), and the warnings to show."""
+    it, the saved context the read comes from (its settings are the file's), the longest known question's tokens,
+    and the warnings to show."""
 
     policy: str
     read: ReadSettings
@@ -55,6 +56,7 @@ class Plan:
     read_for: tuple[str, ...] = ()
     defer: bool = False
     saved: str | None = None
+    question_tokens: int = 0  # the longest question known when planned, in its chat layout (`question_room.py`)
     warnings: tuple[str | SettingError, ...] = ()  # a SettingError names settings the caller's way (`render`)
 
     def settings_json(self) -> dict:
@@ -108,7 +110,7 @@ def resolve(policy: str, facts: ModelFacts, read: Given = None, answer: Given = 
         raise SettingError("the {policy} {policy_value} policy reads the document with its questions: ask FILE "
                            "QUESTION, or give {questions}", policy_value=policy)
     return Plan(policy, chosen, answering, history, read_for, defer and not read_for,
-                saved[0] if saved else None, tuple(warnings))
+                saved[0] if saved else None, warnings=tuple(warnings))
 
 
 def _given(settings: Given) -> dict:

@@ -25,11 +25,13 @@ import torch
 from locret_cli.api.answer import AskResult, DocumentInfo
 from locret_cli.api.answer_checks import Checked, check_answer
 from locret_cli.api.pending_read import PendingRead, sized
+from locret_cli.api.question_room import check_positions, check_prefill_fits
 from locret_cli.api.routes import Drafted, ReadDocument, Turn, route_for
 from locret_cli.checks.grounding import DocumentText
 from locret_cli.core.answer.citations import kept_per_unit
 from locret_cli.core.engine import Engine, Progress
 from locret_cli.core.measure import cache_by_kind, full_cache_bytes, peak_memory
+from locret_cli.core.policies import POLICIES
 from locret_cli.errors import LocretError
 from locret_cli.inputs.document_numbers import DocumentNumbers, NumberTokens
 from locret_cli.inputs.prompt import conversation_ids
@@ -123,9 +125,20 @@ class Reading:
         if chosen.numbers_from_document and self.engine.numbers is None and self.input_ids is not None:
             self.engine.numbers = DocumentNumbers.of(self.document_text().where, NumberTokens.of(self.tokenizer))
         turn = Turn(question, conversation_ids(self.tokenizer, history, question), chosen, sources, on_token, on_read)
+        self.check_room(question, len(turn.question_ids), chosen)
         document = self.view()
         drafted = route_for(chosen).answer(document, turn)
         return self._result(turn, drafted, check_answer(document, question, drafted, sources))
+
+    def check_room(self, question: str, tokens: int, answering: AnswerSettings) -> None:
+        """Refuse, in one line, a `question` of `tokens` that passes the model's positions after this cache, or whose
+        prefill would not fit in free memory (`question_room.py`): before a pending read runs."""
+        evicts = POLICIES[self.policy_name].evicts
+        cached = self.engine.cache.length() if self.pending is None else \
+            min(self.settings.budget, len(self.input_ids)) if evicts else len(self.input_ids)
+        kept = cached if evicts and self.settings.positions == "compact" else 0
+        check_positions(self.engine.model, answering, tokens, question, kept)
+        check_prefill_fits(self.engine.model, cached, tokens, answering, self.settings.kv_bits)
 
     def view(self) -> ReadDocument:
         """What the routes and the answer's checks see of this reading."""

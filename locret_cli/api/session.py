@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import BinaryIO
 
 import torch
@@ -12,6 +12,7 @@ import torch
 from locret_cli.api.answer import AskResult, DocumentInfo
 from locret_cli.api.pending_read import PendingRead, sized
 from locret_cli.api.plan import Given, ModelFacts, Plan, resolve
+from locret_cli.api.question_room import check_positions, question_tokens
 from locret_cli.api.reading import SOURCES_SHOWN, Reading
 from locret_cli.core.answer.compiled_step import compile_decode, cpp_compiler
 from locret_cli.core.answer.reader import ReaderAdapter
@@ -75,8 +76,14 @@ class Session:
             from locret_cli.api.saved_context import read_header
 
             saved = (source, read_header(source))
-        return resolve(self.policy, self.facts, read, answer, history_tokens=history_tokens, questions=questions,
+        plan = resolve(self.policy, self.facts, read, answer, history_tokens=history_tokens, questions=questions,
                        defer=defer, saved=saved)
+        if not questions:
+            return plan
+        tokens = [question_tokens(self.loaded.tokenizer, question) for question in questions]
+        for question, length in zip(questions, tokens):
+            check_positions(self.loaded.model, plan.answer, length, question)
+        return replace(plan, question_tokens=max(tokens))
 
     def read_settings(self, warn: Callable[[str | SettingError], None] = lambda _: None, **given) -> ReadSettings:
         """The read settings of this session's plan with `given` ones; `warn` hears what the plan warns of."""
@@ -129,7 +136,8 @@ class Session:
         policy = policy or make_policy(self.policy, model, self.heads, **policy_knobs(settings),
                                        question_length=len(question_ids or ()))
         if not force:
-            self.check_memory(policy, settings, document, QUESTION_ALLOWANCE + answering.max_new_tokens)
+            question = max(QUESTION_ALLOWANCE, plan.question_tokens)
+            self.check_memory(policy, settings, document, question + answering.max_new_tokens, question)
         compute = self.ready_to_compute()
         engine = Engine(model, policy, settings, stop_token_ids(model, tokenizer), len(prefix), answering,
                         question_ids, self.line_ends, word_ids(tokenizer))
@@ -186,10 +194,12 @@ class Session:
             parts += [line for line in [native_attention.install()] if line]
         return "; ".join(parts)
 
-    def check_memory(self, policy: Policy, settings: ReadSettings, document: Document, after: int) -> None:
+    def check_memory(self, policy: Policy, settings: ReadSettings, document: Document, after: int,
+                     question: int = QUESTION_ALLOWANCE) -> None:
         """Refuse a run estimated not to fit in free memory, naming the setting to lower; `after` is the tokens
-        that follow the document (question and answer). A full cache grows with the document, so it is estimated
-        only for text files of known size (about 4 bytes per token)."""
+        that follow the document (question and answer), `question` the longest question's, prefilled in one pass
+        (its activations are planned for where it is longer than a chunk). A full cache grows with the document,
+        so it is estimated only for text files of known size (about 4 bytes per token)."""
         if policy.evicts:
             entries = settings.budget + settings.chunk_size + after
         elif document.kind == "text" and document.total_units:
@@ -199,7 +209,8 @@ class Session:
         hidden = self.heads.hidden if policy.name == "locret" and self.heads is not None else 0
         keys_move = (policy.evicts and settings.positions == "compact") or changes_with_length(
             rotary_module(self.loaded.model))
-        plan = plan_memory(self.loaded.model, entries, settings.chunk_size, hidden, keys_move, settings.kv_bits)
+        plan = plan_memory(self.loaded.model, entries, max(settings.chunk_size, question), hidden, keys_move,
+                           settings.kv_bits)
         check_fits(plan, "budget" if policy.evicts else None)
 
 
