@@ -7,12 +7,13 @@ fp32, probabilities rounded to bf16 for the values' product) for a chunk, its ca
 pass, with no key copied for the heads that share one; and, by a second function that reads the keys as stored, for
 a decode step's one query per head.
 
-It is compiled once per source and CPU with the system's C compiler (`cc -O3 -march=native -fopenmp`) into the cache
-folder (`$XDG_CACHE_HOME/locret/native`, default ~/.cache), loaded with ctypes, and runs on torch's own OpenMP
-threads. A probe then times each function against torch's kernels, once per CPU, torch version and thread count
-(cached beside the dtype probe's), and `install` hands chunks and decode steps to it where it ran faster. Attention
-stays torch's where the CPU lacks AVX-512 BF16, no compiler builds it, the probe found it slower, or
-`LOCRET_NATIVE_ATTENTION=0`.
+It is compiled once per source and CPU with the C compiler `$CC` names (else `cc`, `-O3 -march=native -fopenmp`)
+into the cache folder (`$XDG_CACHE_HOME/locret/native`, default ~/.cache, made private to the user), loaded with
+ctypes, and runs on torch's own OpenMP threads. A library found there is loaded only if it and its folder belong to
+the user and no one else may write them; otherwise it is built again in a new private folder. A probe then times
+each function against torch's kernels, once per CPU, torch version and thread count (cached beside the dtype
+probe's), and `install` hands chunks and decode steps to it where it ran faster. Attention stays torch's where the
+CPU lacks AVX-512 BF16, no compiler builds it, the probe found it slower, or `LOCRET_NATIVE_ATTENTION=0`.
 """
 
 from __future__ import annotations
@@ -120,8 +121,8 @@ def built_kernel() -> NativeKernel | None:
 
 def build() -> tuple[ctypes.CDLL, str] | None:
     """The kernel's library and the hash that names it, compiled once per source, compiler and CPU (its name and
-    flags) into the cache folder (into a new private temporary folder where that cannot be written); None where no
-    compiler builds it."""
+    flags) into the cache folder (into a new private temporary folder where that cannot be written, or where it or
+    the library found there is not the user's alone: `only_ours`); None where no compiler builds it."""
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
         return None
@@ -130,8 +131,10 @@ def build() -> tuple[ctypes.CDLL, str] | None:
     for folder in (lambda: cache_file().parent / "native", lambda: Path(tempfile.mkdtemp(prefix="locret-native-"))):
         try:
             target = folder() / f"flash_bf16-{name}.so"
+            target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if not only_ours(target.parent) or (target.exists() and not only_ours(target)):
+                continue
             if not target.exists():
-                target.parent.mkdir(parents=True, exist_ok=True)
                 partial = target.with_name(f".{target.name}.{os.getpid()}")
                 done = subprocess.run([compiler, *FLAGS, "-o", str(partial), str(SOURCE)], capture_output=True,
                                       check=False, timeout=120)
@@ -142,6 +145,13 @@ def build() -> tuple[ctypes.CDLL, str] | None:
         except (OSError, subprocess.SubprocessError):
             continue
     return None
+
+
+def only_ours(path: Path) -> bool:
+    """Whether `path` belongs to this user and no one else may write it: a library another user could have placed
+    or changed is never loaded."""
+    status = path.stat()
+    return status.st_uid == os.getuid() and not status.st_mode & 0o022
 
 
 def probe(kernel: NativeKernel) -> dict[str, tuple[float, float]]:
