@@ -20,14 +20,16 @@ KV_BITS = (16, 8, 4)  # bits per cached key and value (`core/cache/quantized.py`
 POSITION_MODES = ("compact", "original")
 LOCATE_MODES = ("attention", "words", "both")  # what names the windows `--reread` reads again
 FALLBACKS = ("unlocated", "unspecific", "unstated")  # when the bounded cache answers in place of `--reread`'s windows
+SEED_MAX = 2**64 - 1  # the largest seed a torch.Generator takes
 
 
 def setting(default, help: str, *, minimum: float | None = None, odd: bool = False, choices: tuple = (),
             above: float | None = None, at_most: float | None = None, flag: str | None = None,
             policy: str | None = None) -> Field:
-    """A settings field: its default, its help, and its bounds (`minimum` inclusive; `above` exclusive with
-    `at_most`, an interval such as (0, 1]; `odd`; `choices`). `flag` overrides the option's name(s). `policy` names
-    the one policy that reads it: a knob of that policy (declared among its `knobs`), which no other policy sees."""
+    """A settings field: its default, its help, and its bounds (`minimum` and `at_most` inclusive; `above`
+    exclusive, with `at_most` an interval such as (0, 1]; `odd`; `choices`). `flag` overrides the option's name(s).
+    `policy` names the one policy that reads it: a knob of that policy (declared among its `knobs`), which no other
+    policy sees."""
     return field(default=default, metadata=dict(help=help, minimum=minimum, odd=odd, choices=choices, above=above,
                                                 at_most=at_most, flag=flag, policy=policy))
 
@@ -41,6 +43,8 @@ def bound_error(spec: Field, value) -> str | None:
         return "must be positive" if meta["minimum"] == 1 else "must be zero or more"
     if meta["above"] is not None and not meta["above"] < value <= meta["at_most"]:
         return f"must be in ({meta['above']:g}, {meta['at_most']:g}]"
+    if meta["at_most"] is not None and value > meta["at_most"]:
+        return f"must be at most {shown_value(meta['at_most'])}"
     if meta["choices"] and value not in meta["choices"]:
         *rest, last = [str(choice) for choice in meta["choices"]]
         return f"must be {', '.join(rest)} or {last}"
@@ -104,7 +108,7 @@ class AnswerSettings:
     max_new_tokens: int = setting(256, "Longest answer, in tokens.", minimum=1)
     temperature: float = setting(0.0, "Sampling temperature; 0 decodes greedily.", minimum=0)
     top_p: float = setting(1.0, "Nucleus sampling mass when the temperature is above 0.", above=0, at_most=1)
-    seed: int = setting(0, "Seed for sampling.")
+    seed: int = setting(0, "Seed for sampling.", minimum=0, at_most=SEED_MAX)
     stop_repeats: int = setting(0, "Stop an answer that repeats a run of this many tokens or more right after "
                                    "itself, dropping the repeat; 0: off.", minimum=0)
     word_repeats: bool = setting(True, "Let an answer give the same word twice in a row; off: where the likeliest "

@@ -1,5 +1,5 @@
-"""Before a run: its memory is estimated and a run that cannot fit is refused in one line (unless --force), and the
-settings it is given are validated."""
+"""Before a run: its memory is estimated and a run that cannot fit is refused in one line (unless
+--no-memory-check), and the settings it is given are validated."""
 
 from __future__ import annotations
 
@@ -66,12 +66,12 @@ def test_the_cli_names_the_setting_to_lower_in_one_line(doc, option, value, name
     result = runner.invoke(app, ["ask", str(doc), "What is the gate code?", option, str(value), "-q"])
     assert result.exit_code == 1
     assert len(result.stderr.strip().splitlines()) == 1
-    assert f"lower {named}, or pass --force" in result.stderr
+    assert f"lower {named}, or pass --no-memory-check" in result.stderr
 
 
-def test_force_runs_what_the_estimate_would_refuse(doc):
-    result = runner.invoke(app, ["ask", str(doc), "What is the gate code?", "--budget", str(10**9), "--force",
-                                 "--json", "--no-strict"])
+def test_no_memory_check_runs_what_the_estimate_would_refuse(doc):
+    result = runner.invoke(app, ["ask", str(doc), "What is the gate code?", "--budget", str(10**9),
+                                 "--no-memory-check", "--json", "--no-strict"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["budget"] == 10**9
 

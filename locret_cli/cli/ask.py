@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 
 from locret_cli.cli import options
-from locret_cli.cli.app import WITHHELD_EXIT, app, domain_errors, render
+from locret_cli.cli.app import WITHHELD_EXIT, app, domain_errors, plain_console, warn
 from locret_cli.cli.option_groups import ANSWERING, MODEL, OUTPUT_PANEL, READING, option_groups
 from locret_cli.errors import LocretError
 from locret_cli.files import CONTEXT_SUFFIX, check_output
@@ -32,7 +32,8 @@ def read(
     kept_map: options.KeptMap = None,
     questions: Annotated[Optional[list[str]], typer.Option("-Q", "--question", help="A question to read the document for (policy finch); repeat for several. Other policies ignore it.")] = None,
     questions_file: Annotated[Optional[str], typer.Option("--questions", help="A file of questions to read the document for (policy finch): one per line, or JSONL with a \"question\" key.")] = None,
-    force: Annotated[bool, typer.Option("--force", help="Replace OUTPUT if it exists, and run even when the estimated memory need exceeds what is free.", rich_help_panel=OUTPUT_PANEL)] = False,
+    force: options.Force = False,
+    no_memory_check: options.NoMemoryCheck = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout and nothing else.", rich_help_panel=OUTPUT_PANEL)] = False,
     quiet: options.Quiet = False,
 ) -> None:
@@ -40,22 +41,24 @@ def read(
 
     Under --policy finch the read keeps what the given questions attend to; without questions every policy reads
     question-agnostic."""
-    from locret_cli.inputs.questions import load_questions
+    from locret_cli.inputs.questions import check_question, load_questions
 
-    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    err = plain_console(stderr=True)
     check_output(output, force, CONTEXT_SUFFIX)
     if kept_map:
         check_output(kept_map, force, ".png")
     read_for = (questions or []) + (load_questions(questions_file) if questions_file else [])
-    session, reading, _ = options.open_reading(source, spec, read, {}, err, quiet, encoding, force, read_for)
+    for text in read_for:  # before the model loads
+        check_question(text)
+    session, reading, _ = options.open_reading(source, spec, read, {}, err, quiet, encoding, no_memory_check,
+                                                 read_for)
     from locret_cli.api.saved_context import save_reading  # imported by now, with torch, in `open_reading`
     from locret_cli.cli.report import saved_table
 
     for message in reading.warnings:
-        err.print(f"[yellow]warning:[/] {render(message)}")
+        warn(err, message)
     if read_for and not reading.read_for:
-        err.print(f"[yellow]warning:[/] questions steer only --policy finch; {reading.policy_name} read the "
-                  "document question-agnostic")
+        warn(err, f"questions steer only --policy finch; {reading.policy_name} read the document question-agnostic")
     saved = save_reading(reading, output, session.heads, force)
     if kept_map:
         draw_kept_map(reading, [], kept_map, force)
@@ -81,37 +84,39 @@ def ask(
     read: dict,
     answer: dict,
     read_first: options.ReadFirst = False,
-    encoding: options.Encoding = None, force: options.Force = False, kept_map: options.KeptMap = None,
+    encoding: options.Encoding = None, kept_map: options.KeptMap = None, force: options.Force = False,
+    no_memory_check: options.NoMemoryCheck = False,
     no_sources: options.NoSources = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout (all the answers) and nothing else.", rich_help_panel=OUTPUT_PANEL)] = False,
     as_jsonl: Annotated[bool, typer.Option("--jsonl", help="Print one JSON line per answer on stdout, as each is ready.", rich_help_panel=OUTPUT_PANEL)] = False,
     quiet: options.Quiet = False,
 ) -> None:
     """Answer questions from the document at SOURCE, reading it once, with the pages each answer drew on."""
-    from locret_cli.inputs.questions import load_questions
+    from locret_cli.inputs.questions import check_question, load_questions
 
-    err = Console(stderr=True, highlight=False, soft_wrap=True)
-    out = Console(highlight=False, soft_wrap=True)
+    err, out = plain_console(stderr=True), plain_console()
     asked = ([question] if question is not None else []) + (questions or [])
     asked += load_questions(questions_file) if questions_file else []
     if not asked:
         raise LocretError("give a QUESTION, one or more -Q, or --questions FILE")
+    for text in asked:  # before the model loads
+        check_question(text)
     if as_json and as_jsonl:
         raise LocretError("choose one of --json and --jsonl")
     if kept_map:
-        check_output(kept_map, False, ".png")
-    _, reading, plan = options.open_reading(source, spec, read, answer, err, quiet, encoding, force,
+        check_output(kept_map, force, ".png")
+    _, reading, plan = options.open_reading(source, spec, read, answer, err, quiet, encoding, no_memory_check,
                                             questions=asked, defer=not (read_first or kept_map))
     answering = plan.answer
     from locret_cli.api.reading import SOURCES_SHOWN  # imported by now, with torch, in `open_reading`
     from locret_cli.cli.report import DocumentProgress
 
     for message in reading.warnings:
-        err.print(f"[yellow]warning:[/] {render(message)}")
+        warn(err, message)
     results = []
     for text in asked:
         for message in [] if quiet else reading.answer_warnings(text, answering):
-            err.print(f"[yellow]warning:[/] {message}")
+            warn(err, message)
         with DocumentProgress(err, enabled=not quiet) as bar:  # opens only if this answer runs the bounded read
             result = reading.ask(text, answering, sources=0 if no_sources else SOURCES_SHOWN, on_read=bar.update)
         results.append(result)
@@ -119,7 +124,7 @@ def ask(
             sys.stdout.write(json.dumps(result.to_json()) + "\n")
             sys.stdout.flush()
     if kept_map:
-        draw_kept_map(reading, results[0].sources or [], kept_map)
+        draw_kept_map(reading, results[0].sources or [], kept_map, force)
     if as_json:
         document = results[0].to_json() if len(results) == 1 else {"answers": [r.to_json() for r in results]}
         sys.stdout.write(json.dumps(document) + "\n")
@@ -145,7 +150,7 @@ def show_answers(results, out: Console, err: Console, quiet: bool) -> None:
             if result.sources or result.windows:
                 out.print(sources_line(result.sources, result.windows), style="dim", markup=False)
             if not result.answer:
-                err.print("[yellow]warning:[/] the model gave an empty answer (it stopped at once)")
+                warn(err, "the model gave an empty answer (it stopped at once)")
         if warning := grounding_warning(result, "" if len(results) == 1 else f"{result.question} "):
             err.print(warning)
     err.print(cost_table(results[0]) if len(results) == 1 else multi_cost_table(results))

@@ -8,10 +8,9 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
 
 from locret_cli.cli import options
-from locret_cli.cli.app import app, domain_errors
+from locret_cli.cli.app import app, domain_errors, plain_console, warn
 from locret_cli.cli.option_groups import ANSWERING, MODEL, OUTPUT_PANEL, READING, option_groups
 from locret_cli.errors import LocretError
 from locret_cli.models.spec import ModelSpec
@@ -50,7 +49,7 @@ def batch(
     from locret_cli.batch.work import WorkerSpec
     from locret_cli.cli.report import BatchBar, batch_table
 
-    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    err = plain_console(stderr=True)
     if save_contexts and not Path(save_contexts).is_dir():
         raise LocretError(f"--save-contexts {save_contexts} is not a directory")
     jobs = expand_inputs(inputs, questions_file, exclude=(out,))
@@ -67,14 +66,14 @@ def batch(
         pool = LocalPool(worker, local_workers)
     with AnswerLog.open(out, worker.identity(), retry_failed) as log:
         if log.torn_bytes and not quiet:
-            err.print(f"[yellow]warning:[/] {out} ended in a row cut short ({log.torn_bytes} bytes): it was dropped "
-                      "and its question is asked again")
+            warn(err, f"{out} ended in a row cut short ({log.torn_bytes} bytes): it was dropped and its question is "
+                      "asked again")
         try:
             with BatchBar(err, enabled=not quiet) as bar:
                 summary = run_batch(jobs, log, pool, on_progress=bar.update)
-        except KeyboardInterrupt:
-            err.print(f"interrupted: {out} holds {len(log.rows):,} rows; rerun the same command to resume")
-            raise typer.Exit(130) from None
+        except KeyboardInterrupt:  # `domain_errors` says so and exits 130
+            raise KeyboardInterrupt(f"interrupted: {out} holds {len(log.rows):,} rows; rerun the same command to "
+                                    "resume") from None
         if sort:
             log.sort(input_order(jobs))
     if as_json:
@@ -82,6 +81,6 @@ def batch(
     elif not quiet:
         err.print(batch_table(summary, out))
         for failure in summary.failures[:10]:
-            err.print(f"failed: {failure}", style="red", markup=False)
+            err.print(f"failed: {failure}", style="red")
     if summary.failed:
         raise typer.Exit(EXIT_SOME_FAILED)

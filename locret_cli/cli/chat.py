@@ -7,10 +7,10 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
-from rich.markup import escape
+from rich.text import Text
 
 from locret_cli.cli import options
-from locret_cli.cli.app import app, domain_errors, render
+from locret_cli.cli.app import app, domain_errors, error, plain_console, warn
 from locret_cli.cli.option_groups import ANSWERING, ANSWERING_PANEL, MODEL, READING, option_groups
 from locret_cli.errors import LocretError
 from locret_cli.files import CONTEXT_SUFFIX, check_output, is_saved_context
@@ -32,27 +32,26 @@ def chat(
     answer: dict,
     history_tokens: Annotated[Optional[int], typer.Option(help="Tokens of earlier turns kept with each question; the oldest go first. Default 1024, or the model's recorded default (the embedded model: 0, it was trained on single questions).", rich_help_panel=ANSWERING_PANEL)] = None,
     encoding: options.Encoding = None,
-    force: options.Force = False,
+    no_memory_check: options.NoMemoryCheck = False,
 ) -> None:
     """Talk about the document at SOURCE: each answer sees the document's cache and the conversation so far."""
     import readline  # noqa: F401  line editing and history for input()
 
     if source == "-":
         raise LocretError("chat reads its questions from the terminal: give a file, not -")
-    err = Console(stderr=True, highlight=False, soft_wrap=True)
-    out = Console(highlight=False, soft_wrap=True)
-    session, reading, plan = options.open_reading(source, spec, read, answer, err, False, encoding, force,
+    err, out = plain_console(stderr=True), plain_console()
+    session, reading, plan = options.open_reading(source, spec, read, answer, err, False, encoding, no_memory_check,
                                                   defer=True, history_tokens=history_tokens)
     from locret_cli.api.conversation import Conversation  # with torch, imported by `open_reading`
 
     history_tokens = plan.history_tokens
     for message in reading.warnings:
-        err.print(f"[yellow]warning:[/] {render(message)}")
+        warn(err, message)
     how = (f"loaded from {reading.loaded_from} in {reading.read_s:.3f} s (read in {reading.document.read_s:.1f} s)"
            if reading.loaded_from else f"read in {reading.read_s:.1f} s" if reading.pending is None else
            f"tokenized in {reading.read_s:.1f} s (the bounded read runs for the first answer that needs it)")
-    err.print(f"[bold]{reading.document.name}[/]: {reading.document.tokens:,} tokens, {how}; earlier turns kept: "
-              f"{history_tokens:,} tokens. {HELP}")
+    err.print(Text.assemble((reading.document.name, "bold"), f": {reading.document.tokens:,} tokens, {how}; earlier "
+                            f"turns kept: {history_tokens:,} tokens. {HELP}"))
     run_chat(Conversation(reading, history_tokens, plan.answer), lambda: input("> "), out, err, session.heads)
 
 
@@ -79,14 +78,14 @@ def run_chat(conversation, read_line: Callable[[], str], out: Console, err: Cons
                 command(conversation, line, out, err, heads)
                 continue
             for message in conversation.reading.answer_warnings(line, conversation.answering):
-                err.print(f"[yellow]warning:[/] {message}")
+                warn(err, message)
             answer_turn(conversation, line, out, err)
         except LocretError as exc:
-            err.print(f"[bold red]error:[/] {escape(render(exc))}")
+            error(err, exc)
             continue
         except KeyboardInterrupt:
             out.print()
-            err.print("[yellow](answer stopped)[/]")
+            err.print(Text("(answer stopped)", style="yellow"))
             continue
         last = conversation.results[-1]
         if last.sources or last.windows:
@@ -141,10 +140,10 @@ def command(conversation, line: str, out: Console, err: Console, heads) -> None:
             with DocumentProgress(err) as bar:
                 conversation.reading.read_now(bar.update)
             saved = save_reading(conversation.reading, argument, heads)
-            err.print(f"saved the read document to {saved.path} ({saved.size_bytes:,} bytes)")
+            err.print(f"saved the read document to {saved.path} ({saved.size_bytes:,} bytes)", markup=False)
         else:
             conversation.save_transcript(argument)
-            err.print(f"saved {len(conversation.results)} turns to {argument}")
+            err.print(f"saved {len(conversation.results)} turns to {argument}", markup=False)
     elif name == "/help":
         err.print(HELP)
     else:

@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
+from rich.text import Text
 
-from locret_cli.cli.app import app, domain_errors
+from locret_cli.cli.app import app, domain_errors, plain_console
 from locret_cli.errors import LocretError
 
 
@@ -30,7 +30,7 @@ def convert(
     if dtype not in DTYPES:
         raise LocretError(f"unknown dtype {dtype!r}; choose bf16, fp16 or fp32")
     quiet_libraries()
-    with Console(stderr=True).status(f"converting {source}", spinner="dots"):
+    with plain_console(stderr=True).status(Text(f"converting {source}"), spinner="dots"):
         directory = gguf.convert(source, Path(out), DTYPES[dtype])
     size = sum(f.stat().st_size for f in directory.iterdir())
     sys.stdout.write(f"wrote {directory} ({human_bytes(size)}); use it with --model {directory}\n")

@@ -30,7 +30,7 @@ def write_kept_map(labels: list[str], kept: list[float], cited: list[str], path:
     axes.set_xticks(range(0, len(labels), step), [labels[i] for i in range(0, len(labels), step)], fontsize=8)
     axes.set_xlim(-0.5, len(labels) - 0.5)
     axes.set_ylabel("entries kept per head")
-    axes.set_title(title, fontsize=10)
+    axes.set_title(title, fontsize=10, parse_math=False)  # a file name is text, not mathtext
     try:
         figure.savefig(target, dpi=110)
     except OSError as exc:

@@ -9,13 +9,16 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
+from locret_cli.cli.app import warn
 from locret_cli.cli.option_groups import OUTPUT_PANEL, READING_PANEL
 from locret_cli.errors import LocretError
 from locret_cli.files import is_saved_context
 
 Encoding = Annotated[Optional[str], typer.Option(help="Text encoding of the input. Default: UTF-8, or as its BOM says.", rich_help_panel=OUTPUT_PANEL)]
-Force = Annotated[bool, typer.Option("--force", help="Run even when the estimated memory need exceeds what is free.", rich_help_panel=OUTPUT_PANEL)]
+Force = Annotated[bool, typer.Option("--force", help="Replace the files given to write (-o, --kept-map) where they exist.", rich_help_panel=OUTPUT_PANEL)]
+NoMemoryCheck = Annotated[bool, typer.Option("--no-memory-check", help="Run even when the estimated memory need exceeds what is free.", rich_help_panel=OUTPUT_PANEL)]
 KeptMap = Annotated[Optional[str], typer.Option("--kept-map", help="Also draw the entries kept per page (or line range), cited ones marked, to this PNG.", rich_help_panel=OUTPUT_PANEL)]
 Quiet = Annotated[bool, typer.Option("-q", "--quiet", help="Print only the answer.", rich_help_panel=OUTPUT_PANEL)]
 NoSources = Annotated[bool, typer.Option("--no-sources", help="Do not work out which pages each answer drew on.", rich_help_panel=OUTPUT_PANEL)]
@@ -23,18 +26,14 @@ ReadFirst = Annotated[bool, typer.Option("--read-first", rich_help_panel=READING
 
 
 def open_reading(source: str, spec, read: dict, answer: dict, err: Console, quiet: bool,
-                 encoding: Optional[str] = None, force: bool = False, questions: Sequence[str] = (),
+                 encoding: Optional[str] = None, no_memory_check: bool = False, questions: Sequence[str] = (),
                  defer: bool = False, history_tokens: Optional[int] = None):
     """(session, reading, plan): the run's plan (`api/plan.py`) with the `spec` model and the settings given, and
     `source` opened by it: a `.locret` file loaded (its policy and read settings are the file's: giving others is an
     error), or a document read with a progress bar (for `questions` under a policy that reads with them; with
-    `defer`, tokenized and its bounded read left for the first answer that needs it). The plan's warnings are
-    the reading's (`Reading.warnings`)."""
-    from locret_cli.cli.app import render
+    `defer`, tokenized and its bounded read left for the first answer that needs it), refused when it is estimated
+    not to fit in free memory unless `no_memory_check`. The plan's warnings are the reading's (`Reading.warnings`)."""
     from locret_cli.inputs.documents import open_document
-
-    def warn(message) -> None:
-        err.print(f"[yellow]warning:[/] {render(message)}")
 
     if source == "-" and sys.stdin.isatty():
         raise LocretError("SOURCE is -, but nothing is piped into stdin")
@@ -49,13 +48,14 @@ def open_reading(source: str, spec, read: dict, answer: dict, err: Console, quie
 
     quiet_libraries()
     spec = checked_spec(spec, source)
-    with err.status(f"loading {spec.model or 'the embedded model'}", spinner="dots") if not quiet else nullcontext():
+    loading = Text(f"loading {spec.model or 'the embedded model'}")
+    with err.status(loading, spinner="dots") if not quiet else nullcontext():
         session = load_session(spec, heads_required=not saved)
     if spec.model is None and not quiet:
-        warn(f"no --model given: using the {session.loaded.name}")
+        warn(err, f"no --model given: using the {session.loaded.name}")
     plan = session.plan(read, answer, source=source, questions=questions, defer=defer, history_tokens=history_tokens)
     if saved:
         return session, session.load(source, plan), plan
     with DocumentProgress(err, enabled=not quiet) as progress:
-        reading = session.read(document, plan, on_progress=progress.update, force=force)
+        reading = session.read(document, plan, on_progress=progress.update, force=no_memory_check)
     return session, reading, plan

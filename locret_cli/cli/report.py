@@ -1,4 +1,6 @@
-"""Rendering results for people: Rich tables and a progress bar, on the consoles the CLI hands in."""
+"""Rendering results for people: Rich tables and progress bars, on the consoles the CLI hands in. A table's strings
+(names and questions from the input among them) print as written on those consoles (`app.plain_console`: no markup);
+the progress bars' columns read markup, and show only what locret makes (counts, page numbers, phases)."""
 
 from __future__ import annotations
 

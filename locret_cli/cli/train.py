@@ -7,10 +7,10 @@ import sys
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
+from rich.text import Text
 
 from locret_cli.cli import option_groups
-from locret_cli.cli.app import app, domain_errors
+from locret_cli.cli.app import app, domain_errors, plain_console, warn
 from locret_cli.models.library_logs import quiet_libraries
 
 
@@ -56,18 +56,18 @@ def train(
     from locret_cli.training import TrainConfig, train_heads
 
     quiet_libraries()
-    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    err = plain_console(stderr=True)
     config = TrainConfig(steps=steps, lr=lr, betas=(beta1, beta2), weight_decay=weight_decay, warmup=warmup,
                          clip_value=clip_value, smooth_weight=smooth_weight, rank_weight=rank_weight,
                          keep_weight=keep_weight, keep_against=keep_against, hidden=hidden,
                          save_every=save_every, eval_fraction=eval_fraction, seed=seed)
     ModelSpec(model, device=device, dtype=dtype, load_4bit=load_4bit, trust_remote_code=trust_remote_code).checked()
-    with err.status(f"loading {model}", spinner="dots"):
+    with err.status(Text(f"loading {model}"), spinner="dots"):
         loaded = load_model(model, device, dtype, load_4bit, trust_remote_code)
     with TrainProgress(err, steps) as progress:
         summary = train_heads(
             loaded, data, out, config, max_len=max_len, resume=resume, overwrite=overwrite,
-            warn=lambda m: err.print(f"[yellow]warning:[/] {m}"), on_step=progress.step,
+            warn=lambda message: warn(err, message), on_step=progress.step,
         )
     if as_json:
         from dataclasses import asdict

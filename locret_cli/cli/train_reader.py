@@ -8,10 +8,10 @@ from dataclasses import asdict, replace
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.text import Text
 
-from locret_cli.cli.app import app, domain_errors
+from locret_cli.cli.app import app, domain_errors, plain_console, warn
 from locret_cli.cli.option_groups import MODEL, Overwrite, Resume, SaveEvery, option_groups
 from locret_cli.errors import SettingError
 from locret_cli.models.library_logs import quiet_libraries
@@ -58,10 +58,10 @@ def train_reader(
         raise SettingError("{rank}, {steps} and {save_every} must be positive, {uncut_share} and {min_kept_share} "
                            "between 0 and 1")
     quiet_libraries()
-    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    err = plain_console(stderr=True)
     config = ReaderConfig(steps=steps, rank=rank, alpha=alpha, lr=lr, kept_share=(kept_min, kept_max),
                           uncut_share=uncut_share, save_every=save_every, seed=seed, min_kept_share=min_kept_share)
-    with err.status(f"loading {spec.model or 'the embedded model'}", spinner="dots"):
+    with err.status(Text(f"loading {spec.model or 'the embedded model'}"), spinner="dots"):
         session = load_session(replace(spec, reader="off"))
     bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), TaskProgressColumn(),
                    TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
@@ -69,7 +69,7 @@ def train_reader(
     reads, training = bar.add_task("reading", total=None, info=""), bar.add_task("training", total=steps, info="")
     with bar:
         summary = fit(session, data, out, config, resume=resume, overwrite=overwrite,
-                      warn=lambda m: err.print(f"[yellow]warning:[/] {m}"),
+                      warn=lambda message: warn(err, message),
                       on_read=lambda done, total: bar.update(reads, completed=done, total=total),
                       on_step=lambda r: bar.update(training, completed=r.step, info=f"loss {r.loss:.4f}"))
     if as_json:

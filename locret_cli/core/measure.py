@@ -14,7 +14,7 @@ from locret_cli.core.cache.quantized import entry_bytes
 from locret_cli.core.heads import compute_dtype
 from locret_cli.core.policies.attention import QUERY_BLOCK
 from locret_cli.core.shape import ModelShape, layer_windows
-from locret_cli.errors import SettingError
+from locret_cli.errors import InsufficientMemoryError
 from locret_cli.units import human_bytes
 
 
@@ -126,7 +126,7 @@ def check_fits(plan: MemoryPlan, cache_setting: str | None) -> None:
         cache_setting = "chunk_size"
     lower = (f"{{{cache_setting}}}" if cache_setting else
              "the document's length (or use a policy that evicts, such as {policy} locret)")
-    raise SettingError(
+    raise InsufficientMemoryError(
         "this run needs about {need} beyond the weights (KV cache {cache}, one chunk's activations {activations}) "
         "but only {free} is free; lower " + lower + ", or pass {force} to run anyway",
         need=human_bytes(plan.need_bytes), cache=human_bytes(plan.cache_bytes),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from locret_cli.errors import LocretError
+from locret_cli.errors import InputError
 from locret_cli.inputs.jsonl import jsonl_records
 
 
@@ -14,21 +14,21 @@ def load_questions(path: str) -> list[str]:
     JSONL line that is not an object with a non-empty "question" string."""
     file = Path(path).expanduser()
     if not file.is_file():
-        raise LocretError(f"no such questions file: {path}")
+        raise InputError(f"no such questions file: {path}")
     try:
         lines = file.read_text(encoding="utf-8-sig").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
-        raise LocretError(f"cannot read questions from {path}: {exc}") from None
+        raise InputError(f"cannot read questions from {path}: {exc}") from None
     numbered = [(n, line.strip()) for n, line in enumerate(lines, 1) if line.strip()]
     if not numbered:
-        raise LocretError(f"{path} holds no questions")
+        raise InputError(f"{path} holds no questions")
     if file.suffix != ".jsonl" and not numbered[0][1].startswith("{"):
         return [line for _, line in numbered]
     questions = []
     for number, record in jsonl_records(lines, path):
         question = record.get("question") if isinstance(record, dict) else None
         if not isinstance(question, str) or not question.strip():
-            raise LocretError(f'{path} line {number} has no "question" string')
+            raise InputError(f'{path} line {number} has no "question" string')
         questions.append(question)
     return questions
 
@@ -36,5 +36,5 @@ def load_questions(path: str) -> list[str]:
 def check_question(question: str) -> str:
     """`question`, or a one-line LocretError when it is empty."""
     if not question.strip():
-        raise LocretError("the question is empty")
+        raise InputError("the question is empty")
     return question

@@ -12,7 +12,7 @@ import torch
 
 from locret_cli.core.attention.capture import check_projections
 from locret_cli.core.attention.rope import check_supported
-from locret_cli.errors import LocretError, SettingError
+from locret_cli.errors import LocretError, ModelError, SettingError
 from locret_cli.inputs.tokenizer import TIKTOKEN_FILE, TiktokenTokenizer
 from locret_cli.runtime.dtype_probe import DtypeChoice, measured_cpu_dtype
 from locret_cli.runtime.int8_linear import quantize_linears
@@ -97,7 +97,7 @@ def load_model(
         try:
             model, tokenizer = gguf_cache.load(Path(source), torch_dtype, trust_remote_code)
         except (OSError, ValueError) as exc:
-            raise LocretError(_explain_load_failure(source, exc)) from None
+            raise ModelError(_explain_load_failure(source, exc)) from None
         return _checked(model.to(torch_device), tokenizer, name, choice.reason, load_8bit)
     kwargs: dict = {"dtype": torch_dtype, "trust_remote_code": trust_remote_code, "attn_implementation": "sdpa"}
     if cap is not None:
@@ -115,7 +115,7 @@ def load_model(
         tokenizer = load_tokenizer(source, trust_remote_code)
         model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
     except (OSError, ValueError) as exc:
-        raise LocretError(_explain_load_failure(source, exc)) from None
+        raise ModelError(_explain_load_failure(source, exc)) from None
     reason = choice.reason
     if cap is not None:
         offload.check_cap(model, cap)
