@@ -89,3 +89,21 @@ def test_ask_clips_given_stabilizers_with_a_warning(doc):
                                 AnswerSettings(max_new_tokens=1))
     assert result.settings.stabilizers == 32
     assert any("does not fit" in w for w in result.warnings)
+
+
+def test_a_process_peak_is_its_own_not_its_parents(tmp_path):
+    """A process started by one that holds much more memory reports its own peak RSS, not the parent's (which
+    `ru_maxrss` carries over on Linux): a bench cell, a subprocess, measures itself."""
+    import os
+    import subprocess
+    import sys
+
+    import torch
+
+    if not os.path.exists("/proc/self/status"):
+        pytest.skip("reads /proc/self/status, which only Linux has")
+    held = bytearray(1 << 30)  # 1 GiB, touched page by page so that it is resident
+    held[::4096] = b"x" * len(held[::4096])
+    child = subprocess.run([sys.executable, "-c", "import torch; from locret_cli.core.measure import peak_memory; "
+                            "print(peak_memory(torch.device('cpu'))[0])"], capture_output=True, text=True, check=True)
+    assert int(child.stdout) < len(held) < measure.peak_memory(torch.device("cpu"))[0]

@@ -26,10 +26,18 @@ def reset_peak(device: torch.device) -> None:
 
 
 def peak_memory(device: torch.device) -> tuple[int, str]:
-    """(bytes, what was measured): torch.cuda.max_memory_allocated on CUDA, else the process's peak RSS."""
+    """(bytes, what was measured): torch.cuda.max_memory_allocated on CUDA, else the process's peak RSS: on Linux its
+    own high-water mark (`VmHWM`), since `ru_maxrss` carries a parent's peak into the processes it starts (a bench
+    cell's would read as its parent's)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         return torch.cuda.max_memory_allocated(device), "cuda max_memory_allocated"
+    try:
+        for line in open("/proc/self/status"):
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024, "cpu peak RSS"
+    except OSError:
+        pass
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return rss * (1 if sys.platform == "darwin" else 1024), "cpu peak RSS"
 
