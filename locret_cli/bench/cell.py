@@ -11,14 +11,17 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 
 import torch
 
 from locret_cli.api import Session, load_session
+from locret_cli.bench.baselines import Asked, baseline_readings, baseline_variant, is_baseline, unplaced
 from locret_cli.bench.flops import FlopCounter, counting
+from locret_cli.bench.rag import RAG_TOKENS
 from locret_cli.bench.scoring import tally
-from locret_cli.bench.tasks import data_samples, generated_samples
+from locret_cli.bench.tasks import Sample, data_samples, generated_samples
 from locret_cli.core.measure import available_memory, full_cache_bytes, peak_memory, reset_peak, weight_bytes
 from locret_cli.errors import LocretError
 from locret_cli.inputs.documents import text_document
@@ -37,6 +40,7 @@ class CellSpec:
     data: str | None = None
     memory_limit_bytes: int | None = None  # what `full` may use, weights included; default: what is free now
     row: str = ""  # the bench row's label: the policy, and any settings of its own (`runner.row_variant`)
+    rag_tokens: int = RAG_TOKENS  # a baseline row's cap (`baselines.py`), unless the row gives its own
 
     def __post_init__(self):
         if isinstance(self.model, dict):
@@ -45,46 +49,55 @@ class CellSpec:
 
 def run_cell(spec: CellSpec) -> dict:
     """Every figure of one cell: accuracy, memory peaks, speed and the FLOPs it needed."""
+    baseline = baseline_variant(spec.row, spec.rag_tokens) if is_baseline(spec.row) else None
+    if baseline is not None and (reason := baseline.missing()):
+        return {"skipped": reason, "model": None, "settings": baseline.settings()}
     session = load_session(spec.model)
     model, tokenizer = session.loaded.model, session.loaded.tokenizer
     read, answer = split_given(spec.settings)
     settings, answering = session.read_settings(**read), session.answer_settings(**answer)
-    resolved = {**asdict(settings), **asdict(answering)}
-    if spec.model.policy == "full" and spec.length is not None:
-        reason = full_cache_misfit(model, spec.length + 256 + answering.max_new_tokens, spec.memory_limit_bytes)
+    if baseline is not None:
+        answering = replace(answering, reread=0)  # one read of the chosen text: nothing read again
+    resolved = {**asdict(settings), **asdict(answering), **(baseline.settings() if baseline else {})}
+    longest = baseline.tokens if baseline else spec.length
+    if spec.model.policy == "full" and longest is not None:
+        reason = full_cache_misfit(model, longest + 256 + answering.max_new_tokens, spec.memory_limit_bytes)
         if reason:
             return {"skipped": reason, "model": session.loaded.name, "settings": resolved}
     samples = data_samples(spec.data) if spec.data else generated_samples(spec.task, tokenizer, spec.length,
                                                                           spec.samples)
+    if baseline is not None and baseline.ranker is None and (reason := unplaced(samples)):
+        return {"skipped": reason, "model": session.loaded.name, "settings": resolved}
     warm_up(session, settings)
     reset_peak(model.device)
     counter = FlopCounter(model)
-    exact, right, verdicts, ttft, prefill, tokens = [], [], [], [], [], []
+    exact, right, verdicts, ttft, prefill, tokens, read_tokens = [], [], [], [], [], [], []
     decode_s, decode_steps, kv_peak = 0.0, 0, 0
     prefill_s = 0.0  # reading, question prefill and first tokens, over every sample and question
     by_depth: dict[str, list[bool]] = {}  # right answers by the needle's depth, for tasks that place one
     by_kind: dict[str, list[bool]] = {}  # right answers by the kind of question, for the kinds task
     started = time.perf_counter()
     with counting(model, counter):
-        for sample in samples:
-            reading = session.read(sample.document, settings, force=True,
-                                   questions=[q.question for q in sample.questions])
-            for i, question in enumerate(sample.questions):
-                result = reading.ask(question.question, answering, sources=0)
-                exact.append(question.is_exact(result.answer))
-                verdicts.append(question.verdict(result.answer, reading.document_text()))
-                right.append(verdicts[-1] == "right")
-                if question.kind is not None:
-                    by_kind.setdefault(question.kind, []).append(right[-1])
-                if sample.depth is not None:
-                    by_depth.setdefault(f"{sample.depth:.2f}", []).append(right[-1])
-                decode_s, decode_steps = decode_s + result.decode_s, decode_steps + result.decode_steps
-                prefill_s += result.answer_s - result.decode_s + (result.read_s if i == 0 else 0.0)
-                kv_peak = max(kv_peak, result.cache_peak_bytes)
-                if i == 0:
-                    ttft.append(result.time_to_first_token_s)
-                    prefill.append(result.prefill_tokens_per_s)
-                    tokens.append(result.document.tokens)
+        steps = baseline_readings(session, baseline, samples, settings) if baseline else \
+            policy_readings(session, samples, settings)
+        for asked in steps:
+            sample, question, reading = asked.sample, asked.question, asked.reading
+            result = reading.ask(question.question, answering, sources=0)
+            exact.append(question.is_exact(result.answer))
+            verdicts.append(question.verdict(result.answer, asked.judged))
+            right.append(verdicts[-1] == "right")
+            if question.kind is not None:
+                by_kind.setdefault(question.kind, []).append(right[-1])
+            if sample.depth is not None:
+                by_depth.setdefault(f"{sample.depth:.2f}", []).append(right[-1])
+            decode_s, decode_steps = decode_s + result.decode_s, decode_steps + result.decode_steps
+            prefill_s += result.answer_s - result.decode_s + (result.read_s if asked.new_read else 0.0)
+            kv_peak = max(kv_peak, result.cache_peak_bytes)
+            read_tokens.append(result.document.tokens)
+            if asked.first:
+                ttft.append(asked.before_s + result.time_to_first_token_s)
+                prefill.append(result.prefill_tokens_per_s)
+                tokens.append(asked.document_tokens)
     measured_s = time.perf_counter() - started
     peak, peak_kind = peak_memory(model.device)
     meaningful = spec.model.arch is None
@@ -94,6 +107,7 @@ def run_cell(spec: CellSpec) -> dict:
         "verdicts": tally(verdicts) if meaningful else None,
         "questions": len(exact),
         "document_tokens": round(statistics.median(tokens)),
+        "read_tokens": round(statistics.median(read_tokens)),
         "kv_peak_bytes": kv_peak,
         "peak_bytes": peak,
         "peak_kind": peak_kind,
@@ -110,6 +124,15 @@ def run_cell(spec: CellSpec) -> dict:
         "by_depth": {depth: statistics.fmean(hits) for depth, hits in by_depth.items()} if meaningful and by_depth else None,
         "by_kind": {kind: statistics.fmean(hits) for kind, hits in by_kind.items()} if meaningful and by_kind else None,
     }
+
+
+def policy_readings(session: Session, samples: list[Sample], settings: ReadSettings) -> Iterator[Asked]:
+    """Each sample read once (with its questions, for a policy that reads with them), every question asked of it."""
+    for sample in samples:
+        reading = session.read(sample.document, settings, force=True,
+                               questions=[q.question for q in sample.questions])
+        for i, question in enumerate(sample.questions):
+            yield Asked(sample, question, reading, reading.document_text(), reading.document.tokens, i == 0, i == 0)
 
 
 def full_cache_misfit(model, tokens: int, limit: int | None) -> str | None:

@@ -7,14 +7,17 @@ import json
 from pathlib import Path
 
 from rich.table import Table
+from rich.text import Text
 
+from locret_cli.bench.baselines import READS
 from locret_cli.bench.suite import ROW_FIELDS, BenchResult
 from locret_cli.errors import SettingError
 from locret_cli.units import human_bytes
 
 
 def bench_table(result: BenchResult) -> Table:
-    """One row per (task, length, policy): accuracy, memory, speed and the share of the matmul roofline reached."""
+    """One row per (task, length, policy): accuracy, memory, speed and the share of the matmul roofline reached. Its
+    strings (task, policy and model names among them) are for a console without markup (`cli.app.plain_console`)."""
     config = result.config
     settings = config.get("settings") or {}
     rate = config["matmul_flops_per_s"]
@@ -24,23 +27,27 @@ def bench_table(result: BenchResult) -> Table:
                "'% roofline' = that time over the measured time",
                f"prefill / decode: each phase's share of its own roofline (decode: weights and cache read at "
                f"{config['memory_bytes_per_s'] / 1e9:.1f} GB/s per step)"]
+    caption += baseline_lines(result.rows)
     if not config["accuracy_meaningful"]:
         caption.insert(0, "accuracy is meaningless here: --arch builds random weights; speed and memory are real")
     table = Table(title=title, caption="\n".join(caption), header_style="bold")
+    longest = max((len(row["policy"]) for row in result.rows), default=0)
     for name, justify in [("task", "left"), ("tokens", "right"), ("policy", "left"), ("exact", "right"),
                           ("right", "right"), ("made up", "right"), ("bound wrong", "right"), ("KV peak", "right"), ("peak memory", "right"),
                           ("prefill tok/s", "right"), ("decode tok/s", "right"), ("TTFT", "right"),
                           ("% roofline", "right"), ("prefill / decode", "right")]:
-        table.add_column(name, justify=justify)
+        table.add_column(name, justify=justify, min_width=min(longest, 32) if name == "policy" else None)
     previous = None
     for row in result.rows:
         group = (row["task"], row["length"])
+        if row["length"] is None and previous is not None and previous[0] == row["task"]:
+            group = previous  # a skipped row of documents with their own lengths: the rows beside it
         if previous is not None and group != previous:
             table.add_section()
         previous = group
-        head = [row["task"], f"{row['length']:,}", row["policy"]]
+        head = [row["task"], "-" if row["length"] is None else f"{row['length']:,}", row["policy"]]
         if row["skipped"]:
-            table.add_row(*head, f"[yellow]skipped: {row['skipped']}[/]", *[""] * 10)
+            table.add_row(*head, Text(f"skipped: {row['skipped']}", style="yellow"), *[""] * 10)
             continue
         table.add_row(
             *head, _share(row["accuracy"]), _share(row["right_accuracy"]), *_counts(row.get("verdicts")),
@@ -51,6 +58,17 @@ def bench_table(result: BenchResult) -> Table:
             " / ".join(_share(row["phases"][name]["roofline_ratio"]) for name in ("prefill", "decode")),
         )
     return table
+
+
+def baseline_lines(rows: list[dict]) -> list[str]:
+    """What each baseline row that ran read (`baselines.py`), one line a row."""
+    lines = {}
+    for row in rows:
+        settings = row.get("settings") or {}
+        if "baseline" in settings and not row["skipped"]:
+            lines[row["policy"]] = (f"{row['policy']}: {READS[settings['baseline']]}, at most "
+                                    f"{settings['rag_tokens']:,} tokens a question, read with a full cache")
+    return list(lines.values())
 
 
 def kinds_table(result: BenchResult) -> Table | None:

@@ -20,7 +20,9 @@ import torch
 import transformers
 
 from locret_cli.bench import haystack, natural
+from locret_cli.bench.baselines import baseline_variant, is_baseline
 from locret_cli.bench.flops import matmul_rate, memory_rate
+from locret_cli.bench.rag import MIN_RAG_TOKENS, RAG_TOKENS
 from locret_cli.bench.tasks import NATURAL, TASKS, answer_tokens
 from locret_cli.core.policies import DEFAULT_POLICY, POLICY_NAMES
 from locret_cli.errors import LocretError, SettingError
@@ -31,8 +33,8 @@ from locret_cli.settings import split_given
 
 ROW_FIELDS = ("task", "length", "policy", "accuracy", "right_accuracy", "verdicts", "kv_peak_bytes", "peak_bytes",
               "prefill_tokens_per_s", "decode_tokens_per_s", "time_to_first_token_s", "skipped", "document_tokens",
-              "questions", "flops", "measured_s", "roofline_s", "phases", "repeats", "settings", "by_depth",
-              "by_kind")
+              "read_tokens", "questions", "flops", "measured_s", "roofline_s", "phases", "repeats", "settings",
+              "by_depth", "by_kind")
 MEDIAN_FIELDS = ("accuracy", "right_accuracy", "kv_peak_bytes", "peak_bytes", "prefill_tokens_per_s",
                  "decode_tokens_per_s", "time_to_first_token_s", "measured_s")
 
@@ -41,7 +43,8 @@ MEDIAN_FIELDS = ("accuracy", "right_accuracy", "kv_peak_bytes", "peak_bytes", "p
 class BenchConfig:
     """Everything a bench run depends on: the model each row loads (the row names its policy), the settings given by
     name (those left out take the model's recorded defaults; `max_new_tokens`, the task's own: `tasks.answer_tokens`),
-    and what the bench itself runs."""
+    and what the bench itself runs: the policies' rows, then the baselines' (`baselines.py`), each baseline reading at
+    most `rag_tokens` tokens unless its row says otherwise."""
 
     model: ModelSpec = field(default_factory=ModelSpec)
     settings: dict = field(default_factory=dict)
@@ -52,6 +55,12 @@ class BenchConfig:
     samples: int = 3
     repeat: int = 1
     memory_limit_gb: float | None = None
+    baselines: list[str] = field(default_factory=list)
+    rag_tokens: int = RAG_TOKENS
+
+    @property
+    def rows(self) -> list[str]:
+        return [*self.policies, *self.baselines]
 
     def model_spec(self, policy: str) -> ModelSpec:
         """The model each cell of `policy` loads."""
@@ -61,8 +70,12 @@ class BenchConfig:
         self.model_spec(DEFAULT_POLICY).checked()  # which model options combine (`ModelSpec.checked`)
         split_given(self.settings)  # only settings the schema declares
         unknown = [p for p in self.policies if row_variant(p)[0] not in POLICY_NAMES]
-        if unknown or not self.policies:
+        if unknown or not self.rows:
             raise LocretError(f"unknown policy {', '.join(unknown) or '(none)'}; choose from {', '.join(POLICY_NAMES)}")
+        if self.rag_tokens < MIN_RAG_TOKENS:
+            raise SettingError("{rag_tokens} must be at least " + f"{MIN_RAG_TOKENS} tokens")
+        for row in self.baselines:
+            baseline_variant(row, self.rag_tokens)  # a known baseline, and a cap of its own of at least as many
         bad_tasks = [t for t in self.tasks if t not in TASKS]
         if bad_tasks and not self.data:
             raise SettingError("unknown task {bad}; choose " + ", ".join(TASKS) + ", or pass {data} FILE",
@@ -106,13 +119,14 @@ def run_bench(config: BenchConfig, on_cell: Callable[[str, int, int], None] = la
     rate = matmul_rate(device, resolve_dtype(config.model.dtype, device))
     bandwidth = memory_rate(device)
     tasks, lengths = (["data"], [None]) if config.data else (config.tasks, config.lengths)
-    cells = [(t, n, p) for t in tasks for n in ([None] if t in NATURAL else lengths) for p in config.policies]
-    rows, resolved = [], {}
+    cells = [(t, n, p) for t in tasks for n in ([None] if t in NATURAL else lengths) for p in config.rows]
+    rows, resolved, best = [], {}, -1
     for index, (task, length, policy) in enumerate(cells):
         on_cell(f"{task} {length or ''} {policy}".replace("  ", " "), index, len(cells))
         runs = [run_cell_process(cell_spec(config, task, length, policy)) for _ in range(config.repeat)]
-        if "skipped" not in runs[0] or not resolved:
-            resolved = {k: runs[0].get(k) for k in ("model", "settings", "peak_kind", "compute")}
+        rank = 2 * ("skipped" not in runs[0]) + (not is_baseline(policy))  # the last policy row that ran, if any
+        if rank >= best:
+            resolved, best = {k: runs[0].get(k) for k in ("model", "settings", "peak_kind", "compute")}, rank
         rows.append(summarise(task, length, policy, runs, rate, bandwidth))
     on_cell("done", len(cells), len(cells))
     return BenchResult(resolved_config(config, resolved, rate, bandwidth, device), rows)
@@ -146,14 +160,14 @@ def number(value: str) -> int | float | str:
 
 
 def cell_spec(config: BenchConfig, task: str, length: int | None, row: str) -> dict:
-    policy, changed = row_variant(row)
+    policy, changed = ("full", {}) if is_baseline(row) else row_variant(row)  # a baseline reads with a full cache
     model = {k: str(changed.pop(k)) for k in ROW_MODEL_FIELDS if k in changed}
     settings = {**config.settings, "max_new_tokens": config.settings.get("max_new_tokens") or answer_tokens(task),
                 **changed}
     limit = int(config.memory_limit_gb * 2**30) if config.memory_limit_gb else None
     return {"length": length, "task": task, "samples": config.samples, "settings": settings, "row": row,
             "model": replace(config.model_spec(policy), **model).to_json(), "data": config.data,
-            "memory_limit_bytes": limit}
+            "memory_limit_bytes": limit, "rag_tokens": config.rag_tokens}
 
 
 def run_cell_process(spec: dict) -> dict:
@@ -181,7 +195,7 @@ def summarise(task: str, length: int | None, policy: str, runs: list[dict], rate
     for name in MEDIAN_FIELDS:
         values = [r[name] for r in runs if r[name] is not None]
         row[name] = statistics.median(values) if values else None
-    for name in ("document_tokens", "questions", "flops", "verdicts"):
+    for name in ("document_tokens", "read_tokens", "questions", "flops", "verdicts"):
         row[name] = runs[0][name]
     row["by_depth"], row["by_kind"] = runs[0].get("by_depth"), runs[0].get("by_kind")
     row["length"] = length if length is not None else row["document_tokens"]

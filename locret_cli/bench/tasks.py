@@ -53,6 +53,7 @@ class Question:
     parts: tuple[str, ...] = ()  # values an answer must all hold (several facts asked at once), besides `answer`
     alternatives: tuple[str, ...] = ()  # other accepted forms of `answer` ("30 seconds" for "30")
     candidates: tuple[str, ...] = ()  # the document's values for other things, which the question could be mistaken for
+    depth: float | None = None  # where the answer is, as a fraction of the document's characters, where the task says
 
     def is_exact(self, answer: str) -> bool:
         """Whether `answer` is the expected answer, or the statement that ends in it (as the embedded model
@@ -146,8 +147,8 @@ def natural_samples(split: str) -> list[Sample]:
     from locret_cli.bench import natural
 
     return [Sample(text_document(d.text, d.name), [
-        Question(q.question, q.answer, kind=q.kind, alternatives=q.alternatives, candidates=q.candidates)
-        for q in d.questions]) for d in natural.load(split)]
+        Question(q.question, q.answer, kind=q.kind, alternatives=q.alternatives, candidates=q.candidates,
+                 depth=q.depth) for q in d.questions]) for d in natural.load(split)]
 
 
 def data_samples(path: str | Path) -> list[Sample]:
