@@ -71,6 +71,8 @@ def test_the_positions_count_the_kept_cache_only_under_compact_eviction(embedded
     original_positions = embedded_session.plan({"positions": "original"})
     original = embedded_session.read(text_document(long_document, "doc"), original_positions)
     assert original.ask(question).answer is not None  # past the positions already: the question alone must fit
+    past = embedded_session.read(text_document(long_document * 2, "doc"), embedded_session.plan({"budget": 3000}))
+    assert past.ask(question).answer is not None  # a budget past the positions: the question alone must fit
 
 
 def test_a_long_question_asked_of_a_reading_is_refused_in_one_line(embedded_session):

@@ -4,7 +4,8 @@ memory.
 A question is prefilled in one pass after the kept cache. Under an evicting policy with compact positions the kept
 entries are numbered from 0, so they, the question and the answer must fit in the model's positions; a read that
 keeps every entry (or their original positions) already runs past them on a long document and is warned about
-(`session.past_positions`), so there the question and its answer alone must fit. A run's plan refuses a question
+(`session.past_positions`), and a budget above the positions runs past them too, so there the question and its
+answer alone must fit. A run's plan refuses a question
 that cannot fit even alone, before the document is read; each answer checks the rest, before its bounded read if
 that is still pending.
 """
@@ -37,7 +38,10 @@ def check_positions(model, answering: AnswerSettings, tokens: int, question: str
     """Refuse, in one line, a `question` of `tokens` that cannot fit in the model's positions after `kept` entries
     numbered from 0, with its answer (module docstring)."""
     trained = trained_positions(model)
-    if trained is None or kept + tokens + answering.max_new_tokens <= trained:
+    if trained is None:
+        return
+    kept = kept if kept < trained else 0  # a budget past the positions is the read's own choice: not the question's
+    if kept + tokens + answering.max_new_tokens <= trained:
         return
     shown = question if len(question) <= SHOWN_CHARS else question[:SHOWN_CHARS].rstrip() + "..."
     raise SettingError("the question {question} takes {tokens} tokens: with " +
