@@ -1,11 +1,15 @@
-"""Tiny random models of each supported family, built in-process: no network, no downloads."""
+"""Helpers the tests share: tiny random models of each supported family, built in-process (no network, no
+downloads), the CLI's shared document and `ask`, filler text, and the reference masked attention."""
 
 from __future__ import annotations
 
 import os
+import random
+import textwrap
 
 import pytest
 import torch
+import torch.nn.functional as F
 from transformers import (
     Gemma3ForCausalLM,
     Gemma3TextConfig,
@@ -21,6 +25,7 @@ from transformers import (
     Qwen3Config,
     Qwen3ForCausalLM,
 )
+from typer.testing import CliRunner
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["LOCRET_CACHE_DIR"] = ""  # no converted copies of GGUF files under the user's home; tests that want one set it
@@ -145,3 +150,43 @@ def save_model_dir(model, path):
     byte_tokenizer().save_pretrained(path)
     model.save_pretrained(path)
     return path
+
+
+# Shared by the CLI's tests and those that drive it: a document over budget + chunk tokens with one fact in it, and
+# `ask` through Typer's runner.
+FILLER = "The river bends past the old mill, where the miller counts his sacks twice a day. "
+DOCUMENT = FILLER * 60 + "The gate code of the north depot is 4821. " + FILLER * 60
+GATE = "The gate code of the north depot is 4821."
+
+
+runner = CliRunner()
+
+
+def ask(*args, input=None):
+    """`locret ask ARGS...` through the CLI runner."""
+    from locret_cli.cli import app
+
+    return runner.invoke(app, ["ask", *map(str, args)], input=input)
+
+
+@pytest.fixture
+def doc(tmp_path):
+    """DOCUMENT as a text file."""
+    path = tmp_path / "doc.txt"
+    path.write_text(DOCUMENT)
+    return path
+
+
+def filler_lines(rng: random.Random, lines: int) -> list[str]:
+    """`lines` lines of 80 characters of the synthetic task's filler sentences."""
+    from locret_cli.bench.synthetic import filler_sentence
+
+    text = " ".join(filler_sentence(rng) for _ in range(lines * 2))
+    return textwrap.wrap(text, 80)[:lines]
+
+
+def masked(query, key, value):
+    """The reference: SDPA with the chunk's mask (causal among the last T entries, every earlier entry visible)."""
+    length, entries = query.shape[2], key.shape[2]
+    mask = torch.ones(length, entries, dtype=torch.bool).tril(diagonal=entries - length)
+    return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, enable_gqa=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import tiny_model
+from conftest import masked, tiny_model
 from test_engine import chunks_of, random_ids
 
 from locret_cli.core.attention import probe
@@ -23,13 +23,6 @@ from locret_cli.core.engine import Engine
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.core.policies.locret import LocretPolicy
 from locret_cli.settings import AnswerSettings, ReadSettings
-
-
-def masked(query, key, value):
-    """The reference: SDPA with the chunk's mask (causal among the last T entries, every earlier entry visible)."""
-    length, entries = query.shape[2], key.shape[2]
-    mask = torch.ones(length, entries, dtype=torch.bool).tril(diagonal=entries - length)
-    return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, enable_gqa=True)
 
 
 @pytest.mark.parametrize("length,kept,kv_heads", [(37, 90, 3), (37, 90, 9), (1, 50, 3), (16, 0, 3), (64, 1, 1)])

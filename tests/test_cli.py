@@ -9,34 +9,17 @@ import sys
 
 import pytest
 import torch
-from conftest import save_model_dir, tiny_model
+from conftest import DOCUMENT, ask, save_model_dir, tiny_model
 from pdfs import encrypted_pdf, image_only_pdf, text_pdf
-from typer.testing import CliRunner
 
-from locret_cli.cli import app
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.models.embedded import load_embedded
 from locret_cli.models.heads_files import save_heads
-
-runner = CliRunner()
-FILLER = "The river bends past the old mill, where the miller counts his sacks twice a day. "
-DOCUMENT = FILLER * 60 + "The gate code of the north depot is 4821. " + FILLER * 60  # over budget + chunk tokens
-
-
-@pytest.fixture
-def doc(tmp_path):
-    path = tmp_path / "doc.txt"
-    path.write_text(DOCUMENT)
-    return path
 
 
 @pytest.fixture
 def llama_dir(tmp_path):
     return save_model_dir(tiny_model("llama"), tmp_path / "llama")
-
-
-def ask(*args, input=None):
-    return runner.invoke(app, ["ask", *map(str, args)], input=input)
 
 
 def test_json_document_has_every_key_and_nothing_else_on_stdout(doc):

@@ -8,8 +8,7 @@ import json
 
 import pytest
 import torch
-from conftest import save_model_dir, tiny_model
-from test_cli import DOCUMENT, ask
+from conftest import DOCUMENT, ask, save_model_dir, tiny_model
 from test_engine import chunks_of, random_ids
 from test_reader import strong_reader
 

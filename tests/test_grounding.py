@@ -6,8 +6,8 @@ import json
 import struct
 
 import pytest
+from conftest import FILLER
 from pdfs import text_pdf
-from test_cli import FILLER
 from typer.testing import CliRunner
 
 from locret_cli.api import load_session

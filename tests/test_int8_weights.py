@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import save_model_dir, tiny_model
-from test_cli import DOCUMENT, ask
+from conftest import DOCUMENT, ask, save_model_dir, tiny_model
 from torch import nn
 
 from locret_cli.api import ModelSpec, load_session

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import save_model_dir, tiny_model
+from conftest import DOCUMENT, ask, runner, save_model_dir, tiny_model
 from gguf_files import write_gguf
-from test_cli import DOCUMENT, ask, runner
 
 from locret_cli.api import ModelSpec, load_session
 from locret_cli.api.saved_context import save_reading

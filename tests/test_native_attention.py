@@ -8,8 +8,7 @@ import random
 
 import pytest
 import torch
-from test_cache_attention import masked
-from test_reading import GATE, filler_lines
+from conftest import GATE, filler_lines, masked
 
 from locret_cli.api import load_session
 from locret_cli.core.attention.over_cache import cache_attention, split_attention, use_attention_kernel

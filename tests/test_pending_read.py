@@ -9,8 +9,7 @@ from dataclasses import replace
 
 import pytest
 import torch
-from conftest import byte_tokenizer, tiny_model
-from test_cli import ask, doc  # noqa: F401  (the CLI's document fixture)
+from conftest import ask, byte_tokenizer, tiny_model
 
 from locret_cli.api import Session
 from locret_cli.api.saved_context import save_reading

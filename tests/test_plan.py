@@ -7,8 +7,7 @@ import json
 from dataclasses import asdict, fields
 
 import pytest
-from conftest import byte_tokenizer, tiny_model
-from test_cli import DOCUMENT
+from conftest import DOCUMENT, byte_tokenizer, tiny_model
 from typer.testing import CliRunner
 
 from locret_cli.api import ModelSpec, Session, load_session

@@ -7,7 +7,7 @@ import json
 
 import pytest
 import torch
-from test_cli import DOCUMENT
+from conftest import DOCUMENT
 from test_engine import chunks_of, random_ids
 from typer.testing import CliRunner
 

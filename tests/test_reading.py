@@ -3,32 +3,26 @@
 from __future__ import annotations
 
 import random
-import textwrap
 
 import pytest
 import torch
+from conftest import GATE, filler_lines
 from pdfs import text_pdf
 
 from locret_cli.api import load_session
 from locret_cli.api.saved_context import save_reading
-from locret_cli.bench.synthetic import filler_sentence, passkey_fact
+from locret_cli.bench.synthetic import passkey_fact
 from locret_cli.errors import LocretError
 from locret_cli.inputs.documents import text_document
 from locret_cli.inputs.sources import SourceMap
 from locret_cli.settings import AnswerSettings, ReadSettings
 
-GATE = "The gate code of the north depot is 4821."
 QUESTIONS = ["What is the gate code of the north depot?", "What is the pass key?", "Who?"]
 
 
 @pytest.fixture(scope="module")
 def session():
     return load_session(device="cpu")
-
-
-def filler_lines(rng: random.Random, lines: int) -> list[str]:
-    text = " ".join(filler_sentence(rng) for _ in range(lines * 2))
-    return textwrap.wrap(text, 80)[:lines]
 
 
 def passkey_pdf(path, pages: int, at_page: int, seed: int = 0) -> tuple[str, str]:
