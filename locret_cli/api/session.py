@@ -12,7 +12,7 @@ import torch
 from locret_cli.api.answer import AskResult, DocumentInfo
 from locret_cli.api.pending_read import PendingRead, sized
 from locret_cli.api.plan import Given, ModelFacts, Plan, resolve
-from locret_cli.api.question_room import check_positions, question_tokens
+from locret_cli.api.question_room import check_positions, question_tokens, trained_positions
 from locret_cli.api.reading import SOURCES_SHOWN, Reading
 from locret_cli.core.answer.compiled_step import compile_decode, cpp_compiler
 from locret_cli.core.answer.reader import ReaderAdapter
@@ -154,7 +154,7 @@ class Session:
             engine.read(chunks, on_progress)
         read_s = engine.clock() - started
         input_ids = torch.cat(read_ids) if read_ids else torch.zeros(0, dtype=torch.int32)
-        warnings = [*plan.warnings, *past_positions(model.config, policy, settings, len(input_ids))]
+        warnings = [*plan.warnings, *past_positions(model, policy, settings, len(input_ids))]
         info = DocumentInfo(document.name, document.kind, len(input_ids) - len(prefix), document.pages,
                             document.sha256, document.size_bytes, read_s)
         return Reading(engine, tokenizer, self.loaded.name, prefix, source_map, info, read_s,
@@ -214,10 +214,10 @@ class Session:
         check_fits(plan, "budget" if policy.evicts else None)
 
 
-def past_positions(config, policy: Policy, settings: ReadSettings, tokens: int) -> list[str]:
+def past_positions(model, policy: Policy, settings: ReadSettings, tokens: int) -> list[str]:
     """A warning where the read numbers tokens past the positions the model was trained on: a cache that keeps
     every entry, or original positions. Compact positions of an evicting policy stay within budget and chunk."""
-    trained = getattr(config.get_text_config(decoder=True), "max_position_embeddings", None)
+    trained = trained_positions(model)
     if trained is None or tokens <= trained or (policy.evicts and settings.positions == "compact"):
         return []
     return [f"the document's {tokens:,} tokens pass the {trained:,} positions this model was trained on: answers "
