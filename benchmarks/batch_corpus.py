@@ -1,4 +1,4 @@
-"""The corpus docs/batch.md measures `locret batch` on, and the check of its answers.
+"""The corpus docs/measurements/batch.md measures `locret batch` on, and the check of its answers.
 
     python benchmarks/batch_corpus.py make /tmp/corpus            # 20 documents of 8K-32K tokens, 3 questions
     locret batch '/tmp/corpus/*.txt' --questions /tmp/corpus/questions.txt --out answers.jsonl

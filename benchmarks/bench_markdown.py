@@ -1,4 +1,4 @@
-"""Turn `locret bench --json` documents into the markdown tables of docs/benchmarks.md.
+"""Turn `locret bench --json` documents into the markdown tables of docs/measurements/ (shapes.md, policy-accuracy.md).
 
     python benchmarks/bench_markdown.py speed runs/bench/smollm2-135m-*.json
     python benchmarks/bench_markdown.py accuracy runs/bench/embedded.json

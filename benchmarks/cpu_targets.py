@@ -1,4 +1,4 @@
-"""The table of what `benchmarks/cpu_targets.sh OUT_DIR` measured, for docs/cpus.md's speed targets.
+"""The table of what `benchmarks/cpu_targets.sh OUT_DIR` measured, for docs/measurements/cpus.md's speed targets.
 
     python -m benchmarks.cpu_targets OUT_DIR
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The speed targets of docs/cpus.md ("Speed targets on each CPU"), measured in one run on this CPU, one step after
-# another (about 12 minutes on 2 Zen 4 cores; run nothing else meanwhile):
+# The speed targets of docs/measurements/cpus.md ("Speed targets on each CPU"), measured in one run on this CPU, one
+# step after another (about 12 minutes on 2 Zen 4 cores; run nothing else meanwhile):
 #   - prefill and decode, the SmolLM2-135M shape with random weights, budget 1,024, chunk 512, at 32K and 128K;
 #   - decode with int8 weights and the step compiled whole, in the bench and in steady state (`decode_step.py`);
 #   - SmolLM2-135M-Instruct's bounded read of the 128K-token handbook at its recorded settings (needs

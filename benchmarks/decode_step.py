@@ -23,6 +23,7 @@ from locret_cli.core.answer.decode_step import DecodeStep
 from locret_cli.core.attention.over_cache import use_attention_kernel
 from locret_cli.core.engine import Engine
 from locret_cli.core.policies import make_policy
+from locret_cli.inputs.prompt import PromptTokens
 from locret_cli.models.arch import random_session_parts
 from locret_cli.runtime.dtype_probe import cpu_name
 from locret_cli.runtime.native_attention import built_kernel
@@ -36,8 +37,7 @@ def rates(preset: str, budget: int, load_8bit: bool, steps: int, rounds: int) ->
     loaded, heads = random_session_parts(preset, load_8bit=load_8bit)
     model = loaded.model
     engine = Engine(model, make_policy("locret", model, heads), ReadSettings(budget=budget, chunk_size=1024,
-                                                                            stabilizers=64),
-                    stop_ids=set(), answering=AnswerSettings(max_new_tokens=steps + 1))
+                                                                            stabilizers=64), PromptTokens(stop_ids=frozenset()), answering=AnswerSettings(max_new_tokens=steps + 1))
     tokens = 2 * budget + 1024
     ids = torch.randint(0, model.config.vocab_size, (tokens,), generator=torch.Generator().manual_seed(0)).tolist()
     for start in range(0, tokens, 1024):

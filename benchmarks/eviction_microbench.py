@@ -1,5 +1,5 @@
 """One layer's eviction, as the engine runs it after each chunk: top-k selection, keeping every field of the chosen
-entries, and turning the kept keys to their compact positions (docs/performance.md).
+entries, and turning the kept keys to their compact positions (docs/measurements/what-makes-it-fast.md).
 
     python benchmarks/eviction_microbench.py                       # SmolLM2's recorded settings
     python benchmarks/eviction_microbench.py --kv-heads 2 --budget 1024 --chunk 512 --span 1   # the embedded model's

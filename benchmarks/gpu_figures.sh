@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# The figures of docs/gpu.md, in one run of under 10 minutes on one H100 (random weights: speed and
+# The figures of docs/measurements/gpu.md, in one run of under 10 minutes on one H100 (random weights: speed and
 # memory are real, answers are not):
 #   - the Llama-3.1-8B shape at 32K and 128K, budget 16,384: locret against the full cache (the Locret paper reads
 #     128K at 3,209 tok/s on one RTX 4090);
 #   - the SmolLM2-135M shape at 128K with SmolLM2's recorded settings (budget 4,096, chunks of 1,024);
 #   - the peak GPU memory of each (torch.cuda.max_memory_allocated).
-# SET=gemma3 measures docs/gemma3.md's GPU rows instead: the Gemma 3 4B and 12B shapes (sliding and global layers)
-# against the same shapes with every layer global, full cache and locret at budget 16,384.
+# SET=gemma3 measures docs/measurements/gpu.md's Gemma 3 rows instead: the Gemma 3 4B and 12B shapes (sliding and
+# global layers) against the same shapes with every layer global, full cache and locret at budget 16,384.
 # Usage: [SET=gemma3] benchmarks/gpu_figures.sh OUT_DIR
 # Each bench writes OUT_DIR/NAME.json, and its stderr to OUT_DIR/stderr.log; one that fails or outlasts its limit
 # leaves the others to run.

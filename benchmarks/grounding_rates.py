@@ -83,7 +83,7 @@ def value_units(reading, expected: str) -> set[str]:
 def run(args) -> None:
     done = {row["document"] for row in read_rows(args.out)}
     session = load_session(args.model, device="cpu")
-    answering = session.answer_settings(strict=True, max_new_tokens=32 if args.model else None)
+    answering = session.plan(answer={"strict": True, "max_new_tokens": 32 if args.model else None}).answer
     paragraphs = prose.paragraphs(prose.DEV_PACKAGES, args.prose_packages) if args.prose_packages else None
     for d in range(args.documents):
         if d in done:
@@ -96,12 +96,13 @@ def run(args) -> None:
         rows = []
         for kind, question, expected in questions:
             result = reading.ask(question, answering)
-            said = result.withheld if result.withheld is not None else result.answer
+            checked = result.grounding
+            said = checked.withheld if checked.withheld is not None else result.answer
             sources = result.sources or []
             held = value_units(reading, expected) if expected else set()
             rows.append({"document": d, "kind": kind, "question": question, "expected": expected,
-                         "answer": result.answer, "withheld": result.withheld,
-                         "grounding": result.grounding.to_json() if result.grounding else None,
+                         "answer": result.answer, "withheld": checked.withheld,
+                         "grounding": None if checked.verdict is None else checked.verdict.to_json(),
                          "right": bool(expected) and holds_words(said, expected),
                          "refused": result.answer == REFUSAL or says_not_stated(result.answer),
                          "top_source_holds_value": bool(sources) and sources[0].label() in held,

@@ -1,4 +1,4 @@
-"""The kernel timings behind docs/performance.md: bf16 linears packed or not, a decode step's linears, SDPA's mask.
+"""The kernel timings behind docs/measurements/: bf16 linears packed or not, a decode step's linears, SDPA's mask.
 
     python benchmarks/kernel_microbench.py linear    # one weight, 1 to 3,072 rows: F.linear vs oneDNN packed
                                                        # (locret packs only one-row products: decoding)

@@ -55,7 +55,7 @@ def locret_worker(spec: dict) -> dict:
     pack_linears(model)
     ids = random_ids(model.config.vocab_size, spec["length"]).tolist()
     chunks = (TokenChunk(ids[i:i + settings.chunk_size], None, None, 0) for i in range(0, len(ids), settings.chunk_size))
-    engine = Engine(model, LocretPolicy(heads), settings, stop_ids=set())
+    engine = Engine(model, LocretPolicy(heads), settings)
     started = time.perf_counter()
     engine.read(chunks)
     seconds = time.perf_counter() - started

@@ -29,8 +29,8 @@ EMPTY = "No document was given."
 
 def run(model: str | None, out: Path, split: str | None) -> None:
     done = {(r["document"], r["question"]) for r in read_rows(out)}
-    session = load_session(model, policy="full", device="cpu")
-    reading = session.read(text_document(EMPTY, "closed-book"))
+    session = load_session(model, reads_with="full", device="cpu")
+    reading = session.read(text_document(EMPTY, "closed-book"), {"policy": "full"})
     answering = AnswerSettings(max_new_tokens=48)
     for document in natural.load(split):
         text = DocumentText([document.text], [document.name])

@@ -26,7 +26,7 @@ from locret_cli.core.engine import Engine
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.core.policies.locret import LocretPolicy
 from locret_cli.inputs.documents import token_chunks
-from locret_cli.inputs.prompt import prompt_layout
+from locret_cli.inputs.prompt import PromptTokens, prompt_layout
 from locret_cli.inputs.sources import SourceMap
 from locret_cli.inputs.tokenizer import TiktokenTokenizer
 from locret_cli.models.arch import random_model
@@ -112,7 +112,7 @@ def filled_engine(model, heads, budget: int, chunk: int, tokens: int, steps: int
     document = generated_samples("needle", tokenizer, tokens, 1)[0].document
     prefix = prompt_layout(tokenizer).head_ids
     settings = ReadSettings(budget=budget, chunk_size=chunk, stabilizers=budget // 2)
-    engine = Engine(model, LocretPolicy(heads), settings, stop_ids=set(), pinned=len(prefix),
+    engine = Engine(model, LocretPolicy(heads), settings, PromptTokens(stop_ids=frozenset(), pinned=len(prefix)),
                     answering=AnswerSettings(max_new_tokens=steps + 1))
     chunks = wrap(token_chunks(document, tokenizer, chunk, prefix, SourceMap("lines")))
     engine.read(islice(chunks, (budget + chunk - 1) // chunk + 1))  # the cache is full from here
@@ -148,7 +148,7 @@ def main() -> None:
         wall = time.perf_counter() - started
     print(table(f"prefill chunk of {args.chunk} tokens", breakdown(prof, wall * 1e6), args.chunks, plain_prefill))
 
-    first = engine.pick(engine.forward(tokenizer.encode("What is the pass key?"), score=False))
+    first = engine.sampler.pick(engine.forward(tokenizer.encode("What is the pass key?"), score=False))
     started = time.perf_counter()
     engine.fork().decode(first)  # the same steps on a fork, unprofiled
     plain_decode = time.perf_counter() - started

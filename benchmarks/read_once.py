@@ -48,14 +48,14 @@ def read_save_load(args) -> tuple:
     else:
         session = load_session()
         source, questions = args.source, load_questions(args.questions)[: args.count]
-    settings = session.read_settings(budget=args.budget)
-    answering = session.answer_settings(max_new_tokens=args.max_new_tokens)
+    settings = session.plan(read={"budget": args.budget}).read
+    answering = session.plan(answer={"max_new_tokens": args.max_new_tokens}).answer
     session.read(text_document("Warm up. " * 200), settings, force=True).ask("Why?", answering)
     reading = session.read(source, settings, force=True)
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "context.locret"
         saved, save_s = timed(lambda: save_reading(reading, path, session.heads))
-        loaded, load_s = timed(lambda: session.load(str(path)))
+        loaded, load_s = timed(lambda: session.open(str(path)))
     doc = reading.document
     print(f"model: {session.loaded.name}; {doc.tokens:,} tokens; budget {settings.budget}, chunk "
           f"{settings.chunk_size}; torch threads {torch.get_num_threads()}\n")
@@ -82,8 +82,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.context:
         session = load_session(args.model)
-        loaded, questions = session.load(args.context), load_questions(args.questions)[: args.count]
-        answering = session.answer_settings(max_new_tokens=args.max_new_tokens)
+        loaded, questions = session.open(args.context), load_questions(args.questions)[: args.count]
+        answering = session.plan(answer={"max_new_tokens": args.max_new_tokens}).answer
         print(f"model: {session.loaded.name}; {args.context}; torch threads {torch.get_num_threads()}\n")
         print("| step | time |\n|---|---:|")
     else:
@@ -96,7 +96,7 @@ def main() -> None:
             plain.append(timed(lambda q=question: loaded.ask(q, answering, sources=0)))
         result = cited[0][0]
         with_s, without_s = statistics.median(t for _, t in cited), statistics.median(t for _, t in plain)
-        decode_s = statistics.median(r.decode_s for r, _ in plain)
+        decode_s = statistics.median(r.speed.decode_s for r, _ in plain)
         rows.append((question, result, with_s, without_s, decode_s))
         print(f"| answer: {question} | {with_s * 1000:.0f} ms |")
     print("\n| question | route | answer | first sources | answer with sources | without | cost / decode time |")
@@ -104,7 +104,8 @@ def main() -> None:
     for question, result, with_s, without_s, decode_s in rows:
         cited = format_sources(result.sources[:2])
         print(f"| {question} | {result.route} | {result.answer[:60]} | {cited} | {with_s * 1000:.1f} ms | "
-              f"{without_s * 1000:.1f} ms | {(with_s - without_s) / decode_s:+.1%} ({result.decode_steps} steps) |")
+              f"{without_s * 1000:.1f} ms | {(with_s - without_s) / decode_s:+.1%} "
+              f"({result.speed.decode_steps} steps) |")
 
 
 if __name__ == "__main__":

@@ -57,14 +57,14 @@ def measure(model: str, dtype: str, loading: dict, reading_settings: dict, prose
     document = dev_documents(prose.paragraphs(prose.DEV_PACKAGES, prose_packages), 32000)[0]
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
         f.write(document.text)
-    reading = session.read(f.name, session.read_settings(**reading_settings))
-    results = [reading.ask(fact.question, session.answer_settings(max_new_tokens=32)) for fact in document.facts]
+    reading = session.read(f.name, session.plan(read={**reading_settings}).read)
+    results = [reading.ask(fact.question, session.plan(answer={"max_new_tokens": 32}).answer) for fact in document.facts]
     os.unlink(f.name)
     right = sum(contains_match(r.answer, fact.answer) for r, fact in zip(results, document.facts))
     return {"load_s": load_s, "rss_after_load_mib": loaded_rss, "peak_rss_load_mib": load_peak,
             "parameter_mib": weights, "tokens": reading.document.tokens,
             "read_tok_s": reading.document.tokens / reading.read_s,
-            "decode_tok_s": sum(r.decode_tokens_per_s or 0 for r in results) / len(results),
+            "decode_tok_s": sum(r.speed.decode_tokens_per_s or 0 for r in results) / len(results),
             "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "right": right, "questions": len(results), "weight_type": type(
                 session.loaded.model.model.layers[0].self_attn.q_proj).__name__,

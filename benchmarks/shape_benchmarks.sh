@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Speed and memory of full vs locret at real model shapes (random weights), as in docs/benchmarks.md.
+# Speed and memory of full vs locret at real model shapes (random weights), as in docs/measurements/shapes.md.
 # Usage: benchmarks/shape_benchmarks.sh OUT_DIR   (about 45 minutes on 2 CPU cores)
 set -euo pipefail
 out=${1:?give an output directory}

@@ -71,6 +71,8 @@ def check_bounds(settings) -> None:
 class ReadSettings:
     """How a document streams through the model into the bounded cache."""
 
+    policy: str = setting(DEFAULT_POLICY, "Eviction policy: which entries the bounded cache keeps (full: every one).",
+                          choices=POLICY_NAMES)
     budget: int = setting(6000, "Cache entries kept per KV head.", minimum=1)
     chunk_size: int = setting(3072, "Tokens prefilled per step.", minimum=1)
     stabilizers: int = setting(2500, "Most recent entries always kept; clipped to budget/2 if it does not fit.",

@@ -19,7 +19,7 @@ TRAIN_PACKAGES = ("transformers", "torch", "sympy", "numpy", "scipy", "pandas", 
 # The training packages that locret's own install brings: the embedded model's prose, with nothing more to install.
 MODEL_PACKAGES = ("transformers", "torch", "sympy", "numpy")
 DEV_PACKAGES = ("networkx", "matplotlib", "hypothesis", "reportlab", "sklearn", "statsmodels", "django")
-# The packages not installed with locret, at the versions measured (docs/real-models.md); only parsed, never imported.
+# The packages not installed with locret, at the versions measured (docs/smollm2.md); only parsed, never imported.
 EXTRA_WHEELS = ("scipy==1.16.3", "pandas==2.3.3", "astropy==7.1.1", "sqlalchemy==2.0.44", "scikit-learn==1.7.2",
                 "statsmodels==0.14.5", "django==5.2.8")
 

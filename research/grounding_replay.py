@@ -1,7 +1,7 @@
 """Recorded answers grounded again by two versions of `checks/grounding.py`: how many right answers each withholds
 (under --strict) and how many wrong ones it lets through.
 
-The rows are `benchmarks/smollm2/reader_routes.py`'s (sets dev, kinds and natural); each document is built again as
+The rows are `benchmarks/reader_routes.py`'s (sets dev, kinds and natural); each document is built again as
 that script builds it, and each answer is judged right or not by its recorded verdict (`bench/scoring.py`). The
 other version is a grounding.py file from another commit (`git show REV:locret_cli/checks/grounding.py > old.py`).
 
@@ -18,7 +18,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from benchmarks.smollm2.reader_routes import dev_questions, kinds_questions, natural_questions
+from benchmarks.reader_routes import dev_questions, kinds_questions, natural_questions
 from locret_cli.bench.scoring import NOT_STATED
 from locret_cli.checks import grounding
 from locret_cli.models.loading import load_tokenizer

@@ -9,12 +9,12 @@ from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
+from helpers.pending_reads import LOCATED, SETTINGS, UNLOCATED, WORDS
 from rich.console import Console
-from test_pending_read import LOCATED, SETTINGS, UNLOCATED, WORDS, session_and_path  # noqa: F401  (fixture)
 
 from locret_cli.api import load_session
 from locret_cli.api.answer_checks import check_answer
-from locret_cli.api.routes import ROUTES, BoundedCache, LocatedWindows, route_for
+from locret_cli.api.routes import BoundedCache, LocatedWindows, route_for
 from locret_cli.checks.grounding import REFUSAL
 from locret_cli.models.embedded import restated
 from locret_cli.settings import AnswerSettings
@@ -26,10 +26,10 @@ FACT = "The gate code of the north depot is 4821."
 def test_the_answer_settings_choose_the_route():
     assert isinstance(route_for(AnswerSettings()), BoundedCache)
     assert isinstance(route_for(AnswerSettings(reread=1)), LocatedWindows)
-    assert ROUTES == {"bounded-cache": BoundedCache, "windows": LocatedWindows}
+    assert (BoundedCache.name, LocatedWindows.name) == ("bounded-cache", "windows")
 
 
-def test_json_and_the_cost_table_name_the_route_that_answered(session_and_path):  # noqa: F811
+def test_json_and_the_cost_table_name_the_route_that_answered(session_and_path):
     from locret_cli.cli.report import cost_table
 
     session, path = session_and_path
@@ -85,7 +85,7 @@ def test_a_garbled_fixed_form_answer_is_restated_only_when_its_value_is_in_the_d
 
 
 def test_a_model_without_fixed_forms_is_never_restated(embedded_reading):
-    general = replace(embedded_reading, forms=None)
+    general = replace(embedded_reading, question_forms=None)
     checked = check_answer(general.view(), GATE, drafted(general, "The gate codes north depot is 4821.", strict=False),
                            sources=0)
     assert checked.answer == "The gate codes north depot is 4821." and checked.restated_from is None
@@ -98,7 +98,7 @@ def test_a_model_without_fixed_forms_is_never_restated(embedded_reading):
     ("unstated", 1, 1, True, "windows"), ("unstated", 0, 1, True, "bounded-cache"),
     ("unstated", 2, 2, False, "windows")])
 def test_the_bounded_cache_answers_too_where_the_windows_answer_holds_up_less_than_the_fallback_asks(
-        session_and_path, monkeypatch, fallback, windows_level, cache_level, asks_cache, shown):  # noqa: F811
+        session_and_path, monkeypatch, fallback, windows_level, cache_level, asks_cache, shown):
     from locret_cli.api import routes
 
     session, path = session_and_path

@@ -7,12 +7,13 @@ import itertools
 
 import pytest
 import torch
-from test_engine import chunks_of, random_ids
+from helpers.engines import chunks_of, random_ids
 
-from locret_cli.core.engine import Engine, repeated_run
+from locret_cli.core.answer.sampling import repeated_run
+from locret_cli.core.engine import Engine
 from locret_cli.core.policies import make_policy
 from locret_cli.errors import SettingError
-from locret_cli.inputs.prompt import word_ids
+from locret_cli.inputs.prompt import PromptTokens, word_ids
 from locret_cli.settings import AnswerSettings, ReadSettings
 
 
@@ -26,11 +27,12 @@ def test_repeated_run_finds_a_run_repeated_at_the_end():
 
 @pytest.mark.parametrize("stop_repeats, expected", [(3, [7, 8, 9, 10]), (0, [7] + [8, 9, 10] * 6)])
 def test_decoding_stops_at_the_first_repeat_and_drops_it(llama, stop_repeats, expected):
-    engine = Engine(llama, make_policy("full", llama), ReadSettings(budget=64, chunk_size=16), stop_ids={1},
+    engine = Engine(llama, make_policy("full", llama), ReadSettings(budget=64, chunk_size=16),
+                    PromptTokens(stop_ids=frozenset({1})),
                     answering=AnswerSettings(max_new_tokens=19, stop_repeats=stop_repeats))
     engine.read(chunks_of(random_ids(20), 16))
     script = itertools.cycle([8, 9, 10])
-    engine.pick = lambda logits: next(script)
+    engine.sampler.pick = lambda logits: next(script)
     assert engine.decode(7)[0] == expected
 
 
@@ -41,8 +43,9 @@ def test_negative_stop_repeats_is_refused():
 
 def scripted_engine(llama, words: frozenset[int], word_repeats: bool) -> Engine:
     """An engine whose every step's likeliest token is the one just given, and the next likeliest the one after it."""
-    engine = Engine(llama, make_policy("full", llama), ReadSettings(budget=64, chunk_size=16), stop_ids={1},
-                    answering=AnswerSettings(max_new_tokens=4, word_repeats=word_repeats), words=words)
+    engine = Engine(llama, make_policy("full", llama), ReadSettings(budget=64, chunk_size=16),
+                    PromptTokens(stop_ids=frozenset({1}), words=words),
+                    answering=AnswerSettings(max_new_tokens=4, word_repeats=word_repeats))
     engine.read(chunks_of(random_ids(20), 16))
 
     def forward(ids, score):

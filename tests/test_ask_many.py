@@ -6,7 +6,7 @@ import io
 import json
 
 import pytest
-from conftest import llama31_chat_tokenizer
+from helpers.byte_tokenizers import llama31_chat_tokenizer
 from rich.console import Console
 from typer.testing import CliRunner
 
@@ -118,7 +118,7 @@ def test_bad_inputs_get_one_line(handbook, tmp_path):
 def test_conversation_keeps_recent_turns_within_the_allowance(handbook):
     _, saved = handbook
     session = load_session(device="cpu")
-    reading = session.load(str(saved))
+    reading = session.open(str(saved))
     tokenizer = reading.tokenizer
     conversation = Conversation(reading, history_tokens=40)
     first = conversation.ask(GATE_Q)
@@ -139,7 +139,7 @@ def test_conversation_keeps_recent_turns_within_the_allowance(handbook):
 
 def test_chat_loop_answers_saves_and_survives_a_stopped_answer(handbook, tmp_path):
     _, saved = handbook
-    reading = load_session(device="cpu").load(str(saved))
+    reading = load_session(device="cpu").open(str(saved))
     conversation = Conversation(reading)
     real_ask, calls = conversation.ask, []
 
@@ -163,7 +163,7 @@ def test_chat_loop_answers_saves_and_survives_a_stopped_answer(handbook, tmp_pat
     assert "answer stopped" in err.getvalue() and "unknown command /nonsense" in err.getvalue()
     transcript = [json.loads(line) for line in (tmp_path / "chat.jsonl").read_text().splitlines()]
     assert [t["answer"] for t in transcript] == [GATE]
-    assert load_session(device="cpu").load(str(tmp_path / "again.locret")).ask(KEY_Q).answer == KEY
+    assert load_session(device="cpu").open(str(tmp_path / "again.locret")).ask(KEY_Q).answer == KEY
 
 
 def test_earlier_turns_are_data_under_a_real_template():

@@ -8,8 +8,8 @@ import sys
 from dataclasses import replace
 
 import pytest
-from batch_helpers import QUESTIONS, fact_document, questions_file
-from pdfs import encrypted_pdf, image_only_pdf, text_pdf
+from helpers.batch import QUESTIONS, fact_document, questions_file
+from helpers.pdfs import encrypted_pdf, image_only_pdf, text_pdf
 
 from locret_cli.batch.answer_log import AnswerLog, row_key
 from locret_cli.batch.inputs import expand_inputs

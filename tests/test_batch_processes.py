@@ -11,7 +11,7 @@ import sys
 import time
 
 import pytest
-from batch_helpers import QUESTIONS, EchoWorker, UnloadableWorker, fact_document, questions_file
+from helpers.batch import QUESTIONS, EchoWorker, UnloadableWorker, fact_document, questions_file
 
 from locret_cli.batch.answer_log import AnswerLog
 from locret_cli.batch.inputs import expand_inputs

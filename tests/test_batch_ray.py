@@ -14,7 +14,7 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed: pip install -e '.[ray]'")
 
-from batch_helpers import QUESTIONS, EchoWorker, fact_document, questions_file  # noqa: E402
+from helpers.batch import QUESTIONS, EchoWorker, fact_document, questions_file  # noqa: E402
 
 from locret_cli.batch.answer_log import AnswerLog  # noqa: E402
 from locret_cli.batch.inputs import expand_inputs  # noqa: E402

@@ -7,7 +7,7 @@ import json
 
 import pytest
 import torch
-from conftest import tiny_model
+from helpers.models import tiny_model
 from transformers import DynamicCache
 from typer.testing import CliRunner
 

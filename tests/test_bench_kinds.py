@@ -4,7 +4,6 @@ turn from one document to the next; and bench rows that change the model's reade
 from __future__ import annotations
 
 import pytest
-from test_niah import fake_package  # noqa: F401  the installed essays
 
 from locret_cli.bench.kinds import COMMON_EVERY, COMMON_WORDS, KINDS, kind_depths
 from locret_cli.bench.suite import BenchConfig, cell_spec, row_variant
@@ -14,7 +13,7 @@ from locret_cli.inputs.tokenizer import TiktokenTokenizer
 from locret_cli.models.spec import ModelSpec
 
 
-def test_each_document_asks_every_kind_and_holds_what_each_answer_needs(fake_package):  # noqa: F811
+def test_each_document_asks_every_kind_and_holds_what_each_answer_needs(fake_package):
     tokenizer = TiktokenTokenizer.byte_level()
     samples = generated_samples("kinds", tokenizer, 9000, 3)
     for sample in samples:

@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import masked, tiny_model
-from test_engine import chunks_of, random_ids
+from helpers.attention import masked
+from helpers.engines import chunks_of, random_ids
+from helpers.models import tiny_model
 
 from locret_cli.core.attention import probe
 from locret_cli.core.attention.over_cache import (
@@ -22,6 +23,7 @@ from locret_cli.core.attention.probe import observe_attention
 from locret_cli.core.engine import Engine
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.core.policies.locret import LocretPolicy
+from locret_cli.inputs.prompt import PromptTokens
 from locret_cli.settings import AnswerSettings, ReadSettings
 
 
@@ -48,9 +50,8 @@ def test_one_bf16_query_is_one_flash_call_over_every_entry():
 
 def logits(model, heads, split: bool) -> torch.Tensor:
     """Read a document, prefill a question and feed 8 fixed tokens: the logits of each forward (9, vocab)."""
-    engine = Engine(model, LocretPolicy(heads),
-                    ReadSettings(budget=40, chunk_size=32, stabilizers=8), stop_ids=set(),
-                    answering=AnswerSettings(max_new_tokens=16))
+    engine = Engine(model, LocretPolicy(heads), ReadSettings(budget=40, chunk_size=32, stabilizers=8),
+                    PromptTokens(stop_ids=frozenset()), answering=AnswerSettings(max_new_tokens=16))
     engine.mask_free = split  # the reference: the model's own SDPA with transformers' mask
     engine.read(chunks_of(random_ids(160), 32))
     return torch.stack([engine.forward(ids, score=False) for ids in ([3, 4, 5], *([t] for t in range(10, 18)))])

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import tiny_model
-from test_engine import chunks_of, random_ids
+from helpers.engines import chunks_of, random_ids
+from helpers.models import tiny_model
 
 from locret_cli.core.cache.bounded import LocretCache
 from locret_cli.core.engine import Engine
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.core.policies.locret import LocretPolicy
 from locret_cli.errors import LocretError
+from locret_cli.inputs.prompt import PromptTokens
 from locret_cli.settings import AnswerSettings, ReadSettings
 
 
@@ -85,7 +86,7 @@ def test_decoding_appends_in_place_and_gives_the_same_tokens_as_a_reread():
     ids = random_ids(200)
 
     def engine():
-        reader = Engine(model, LocretPolicy(heads), settings, stop_ids=set(), answering=answering)
+        reader = Engine(model, LocretPolicy(heads), settings, PromptTokens(stop_ids=frozenset()), answering=answering)
         reader.read(chunks_of(ids, 32))
         return reader
 

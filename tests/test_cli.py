@@ -9,8 +9,10 @@ import sys
 
 import pytest
 import torch
-from conftest import DOCUMENT, ask, save_model_dir, tiny_model
-from pdfs import encrypted_pdf, image_only_pdf, text_pdf
+from helpers.cli import ask
+from helpers.documents import DOCUMENT
+from helpers.models import save_model_dir, tiny_model
+from helpers.pdfs import encrypted_pdf, image_only_pdf, text_pdf
 
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.models.embedded import load_embedded
@@ -126,7 +128,7 @@ def bad_inputs(tmp_path, llama_dir):
         ([doc, "q?", "--model", llama_dir, "--heads", tmp_path / "nowhere"], None, "heads not found"),
         ([doc, "q?", "--model", gpt2_dir, "--policy", "full"], None, "'gpt2' is not supported"),
         ([doc, "q?", "--model", "no-such-org/no-such-model"], None, "cannot load model"),
-        ([doc, "q?", "--policy", "psychic"], None, "unknown policy"),
+        ([doc, "q?", "--policy", "psychic"], None, "--policy must be locret, streaming,"),
         ([doc, "q?", "--dtype", "fp8"], None, "unknown dtype"),
     ]
 

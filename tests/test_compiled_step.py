@@ -8,9 +8,11 @@ import json
 
 import pytest
 import torch
-from conftest import DOCUMENT, ask, save_model_dir, tiny_model
-from test_engine import chunks_of, random_ids
-from test_reader import strong_reader
+from helpers.cli import ask
+from helpers.documents import DOCUMENT
+from helpers.engines import chunks_of, random_ids
+from helpers.models import save_model_dir, tiny_model
+from helpers.readers import strong_reader
 
 from locret_cli.core.answer.citations import AttentionTally
 from locret_cli.core.answer.compiled_step import ATTRIBUTE, CompiledStep, compile_decode, cpp_compiler
@@ -35,11 +37,10 @@ def answer(model, compiled: bool, kv_bits: int = 16, reader=None, cite: bool = F
     torch.manual_seed(1)
     heads = RetainingHeads.for_model(model).to(model.dtype)
     engine = Engine(model, LocretPolicy(heads), ReadSettings(budget=40, chunk_size=32, stabilizers=8, kv_bits=kv_bits),
-                    stop_ids=set(), answering=AnswerSettings(max_new_tokens=12))
+                    answering=AnswerSettings(max_new_tokens=12), reader=reader)
     assert isinstance(engine.step, CompiledStep)
     if not compiled:
         engine.step = None  # transformers' forward
-    engine.reader = reader
     engine.read(chunks_of(random_ids(160), 32))
     tally = AttentionTally(len(engine.cache.layers), engine.kept_tokens) if cite else None
     fork = engine.fork()

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import tiny_model
-from test_engine import chunks_of, random_ids
-from test_reader import strong_reader
+from helpers.engines import chunks_of, random_ids
+from helpers.models import tiny_model
+from helpers.readers import strong_reader
 
 from locret_cli.core.answer.citations import AttentionTally
 from locret_cli.core.answer.decode_step import DecodeStep
 from locret_cli.core.engine import Engine
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.core.policies.locret import LocretPolicy
+from locret_cli.inputs.prompt import PromptTokens
 from locret_cli.runtime.int8_linear import quantize_linears
 from locret_cli.settings import AnswerSettings, ReadSettings
 
@@ -24,13 +25,12 @@ def answer(model, own: bool, kv_bits: int = 16, reader=None, cite: bool = False)
     torch.manual_seed(1)
     heads = RetainingHeads.for_model(model).to(model.dtype)
     engine = Engine(model, LocretPolicy(heads), ReadSettings(budget=40, chunk_size=32, stabilizers=8, kv_bits=kv_bits),
-                    stop_ids=set(), answering=AnswerSettings(max_new_tokens=10))
+                    answering=AnswerSettings(max_new_tokens=10), reader=reader)
     assert engine.step is not None
     engine.step = engine.step if own else None
-    engine.reader = reader
     engine.read(chunks_of(random_ids(160), 32))
-    seen, pick = [], engine.pick
-    engine.pick = lambda logits: (seen.append(logits), pick(logits))[1]
+    seen, pick = [], engine.sampler.pick
+    engine.sampler.pick = lambda logits: (seen.append(logits), pick(logits))[1]
     tally = AttentionTally(len(engine.cache.layers), engine.kept_tokens) if cite else None
     tokens = engine.answer([3, 4, 5], tally=tally).token_ids
     cited = [tally.received(i, layer.keys) for i, layer in enumerate(engine.cache.layers)] if cite else []
@@ -67,4 +67,4 @@ def test_it_is_for_the_llama_family_without_a_sliding_window(family, fits):
     model = tiny_model(family)
     assert DecodeStep.fits(model) is fits
     assert (Engine(model, LocretPolicy(RetainingHeads.for_model(model)), ReadSettings(budget=40, chunk_size=32,
-                   stabilizers=8), stop_ids=set()).step is not None) is fits
+                   stabilizers=8), PromptTokens(stop_ids=frozenset())).step is not None) is fits

@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import pytest
 import torch
-from test_engine import chunks_of, random_ids
-from test_pending_read import SETTINGS, UNLOCATED, WORDS, session_and_path  # noqa: F401  (fixture)
+from helpers.engines import chunks_of, random_ids
+from helpers.pending_reads import SETTINGS, UNLOCATED, WORDS
 from tokenizers import Tokenizer, models
 from transformers import PreTrainedTokenizerFast
 
@@ -16,6 +16,7 @@ from locret_cli.api.reading import NUMBERS_NEED_TOKENS
 from locret_cli.core.engine import Engine
 from locret_cli.core.policies import make_policy
 from locret_cli.inputs.document_numbers import DocumentNumbers, NumberTokens
+from locret_cli.inputs.prompt import PromptTokens
 from locret_cli.settings import AnswerSettings, ReadSettings
 
 VOCAB = {"<s>": 0, "</s>": 1, "Ġis": 2, ".": 3, ",": 4, "Ġ7": 5, "0": 6, "2": 7, "1": 8, "7": 9, "Ġ4": 10, "821": 11,
@@ -56,11 +57,11 @@ def test_a_digit_is_allowed_only_where_its_number_starts_one_of_the_document(ans
 
 def scripted_engine(llama, numbers_from_document: bool, script: list[list[int]]) -> Engine:
     """An engine whose step i ranks the tokens `script[i]` first to last, and every other token below them."""
-    engine = Engine(llama, make_policy("full", llama), ReadSettings(budget=64, chunk_size=16), stop_ids={1},
+    engine = Engine(llama, make_policy("full", llama), ReadSettings(budget=64, chunk_size=16),
+                    PromptTokens(stop_ids=frozenset({1})),
                     answering=AnswerSettings(max_new_tokens=len(script) + 1,
                                              numbers_from_document=numbers_from_document))
     engine.read(chunks_of(random_ids(20), 16))
-    engine.numbers = DocumentNumbers.of(["70217"], tokens())
     steps = iter(script)
 
     def forward(ids, score):
@@ -76,26 +77,27 @@ def scripted_engine(llama, numbers_from_document: bool, script: list[list[int]])
 @pytest.mark.parametrize("numbers_from_document, expected", [(True, [5, 6, 7, 8, 9, 3]), (False, [5, 6, 7, 8, 9, 9])])
 def test_decoding_passes_over_a_digit_the_document_does_not_hold(llama, numbers_from_document, expected):
     script = [[6], [7], [8], [9], [9, 3], [1]]
-    assert scripted_engine(llama, numbers_from_document, script).decode(5)[0] == expected
+    numbers = DocumentNumbers.of(["70217"], tokens())
+    assert scripted_engine(llama, numbers_from_document, script).decode(5, numbers=numbers)[0] == expected
 
 
-def test_a_reading_gives_only_its_documents_numbers_once_asked_to(session_and_path, tmp_path):  # noqa: F811
+def test_a_reading_gives_only_its_documents_numbers_once_asked_to(session_and_path, tmp_path):
     session, _ = session_and_path
     path = tmp_path / "code.txt"
     path.write_text("The lamp of the north room is green. " * 20 + "The gate code is 70217. " + "Rain fell. " * 20)
     reading = session.read(str(path), SETTINGS)
     off = replace(WORDS, reread=0, max_new_tokens=48)
     free = reading.ask(UNLOCATED, off)
-    assert reading.engine.numbers is None  # built only when asked for
+    assert reading._numbers is None  # built only when asked for
     held = reading.ask(UNLOCATED, replace(off, numbers_from_document=True))
-    assert reading.engine.numbers.starts == {"7", "70", "702", "7021", "70217"}
-    assert set(re.findall(r"\d+", free.answer)) - reading.engine.numbers.starts  # the model's own numbers: not held
-    assert all(run in reading.engine.numbers.starts for run in re.findall(r"\d+", held.answer))
+    assert reading._numbers.starts == {"7", "70", "702", "7021", "70217"}
+    assert set(re.findall(r"\d+", free.answer)) - reading._numbers.starts  # the model's own numbers: not held
+    assert all(run in reading._numbers.starts for run in re.findall(r"\d+", held.answer))
     assert held.answer != free.answer
     assert NUMBERS_NEED_TOKENS not in held.warnings
 
 
-def test_a_reading_without_its_tokens_warns_that_any_number_may_be_given(session_and_path, tmp_path):  # noqa: F811
+def test_a_reading_without_its_tokens_warns_that_any_number_may_be_given(session_and_path, tmp_path):
     session, _ = session_and_path
     path = tmp_path / "code.txt"
     path.write_text("The lamp of the north room is green. " * 20 + "The gate code is 70217. " + "Rain fell. " * 20)
@@ -104,7 +106,7 @@ def test_a_reading_without_its_tokens_warns_that_any_number_may_be_given(session
     off = replace(WORDS, reread=0, max_new_tokens=48)
     free = reading.ask(UNLOCATED, off)
     held = reading.ask(UNLOCATED, replace(off, numbers_from_document=True))
-    assert reading.engine.numbers is None and held.answer == free.answer
+    assert reading._numbers is None and held.answer == free.answer
     assert NUMBERS_NEED_TOKENS in held.warnings and NUMBERS_NEED_TOKENS not in free.warnings
     assert reading.answer_warnings(UNLOCATED, replace(off, numbers_from_document=True)) == [NUMBERS_NEED_TOKENS]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 
 import pytest
-from pdfs import encrypted_pdf, image_only_pdf, text_pdf
+from helpers.pdfs import encrypted_pdf, image_only_pdf, text_pdf
 
 from locret_cli.errors import LocretError
 from locret_cli.inputs.documents import TEXT_BLOCK_CHARS, open_document, token_chunks

@@ -3,42 +3,24 @@
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 
 import pytest
 import torch
-from conftest import VOCAB, tiny_model
+from helpers.engines import TablePolicy, chunks_of, distinct_table, random_ids
+from helpers.models import tiny_model
 from transformers import DynamicCache
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from locret_cli.api.plan import ModelFacts, resolve
 from locret_cli.core.engine import Engine
 from locret_cli.core.heads import RetainingHeads
-from locret_cli.core.policies import Policy, make_policy
+from locret_cli.core.policies import make_policy
 from locret_cli.core.policies.locret import LocretPolicy
 from locret_cli.core.transformers_internals import cache_kwargs
 from locret_cli.errors import LocretError
-from locret_cli.inputs.sources import TokenChunk
+from locret_cli.inputs.prompt import PromptTokens
 from locret_cli.settings import AnswerSettings, ReadSettings
-
-
-class TablePolicy(Policy):
-    """Hand-made scores: table[h, i] is the score of token i in KV head h (every layer alike)."""
-
-    name = "table"
-
-    def __init__(self, table: torch.Tensor):
-        self.table = table
-
-    def score(self, layer_idx, q, k, v, token_index):
-        return self.table[:, token_index].unsqueeze(0).clone()
-
-
-def chunks_of(ids: list[int], size: int) -> list[TokenChunk]:
-    return [TokenChunk(ids[i:i + size], None, None, i + len(ids[i:i + size])) for i in range(0, len(ids), size)]
-
-
-def random_ids(n: int, seed: int = 1) -> list[int]:
-    return torch.randint(2, VOCAB, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
 
 
 def expected_kept(table: torch.Tensor, n: int, chunk: int, budget: int, stabilizers: int,
@@ -69,16 +51,10 @@ def fresh_layer0_keys(model, ids: list[int]) -> torch.Tensor:
 
 
 def run(model, policy, settings, ids, question=(5, 6, 7), on_progress=None, answering=AnswerSettings()):
-    engine = Engine(model, policy, settings, stop_ids={1}, answering=answering)
+    engine = Engine(model, policy, settings, PromptTokens(stop_ids=frozenset({1})), answering=answering)
     start = engine.clock()
     engine.read(chunks_of(ids, settings.chunk_size), on_progress)
     return engine, engine.answer(list(question), start)
-
-
-def distinct_table(kv_heads: int, n: int) -> torch.Tensor:
-    """Head 0 prefers early tokens, head 1 a scrambled order: no ties, different choices per head."""
-    rows = [-torch.arange(n, dtype=torch.float32), ((torch.arange(n) * 37) % 101).float() + torch.arange(n) / 1000]
-    return torch.stack([rows[h % 2] for h in range(kv_heads)])
 
 
 def test_cache_size_after_every_chunk_and_peak(llama):
@@ -103,7 +79,8 @@ def test_kept_entries_after_every_chunk_are_exactly_the_reference(llama, positio
     answering = AnswerSettings(max_new_tokens=1)
     assert expected_kept(table, n, chunk, budget, stab)[0] != expected_kept(table, n, chunk, budget, stab)[1]
     ids = random_ids(n)
-    engine = Engine(llama, TablePolicy(table), settings, stop_ids={1}, pinned=pinned, answering=answering)
+    engine = Engine(llama, TablePolicy(table), settings, PromptTokens(stop_ids=frozenset({1}), pinned=pinned),
+                    answering=answering)
     for chunk_ids in chunks_of(ids, chunk):
         engine.prefill_chunk(chunk_ids.ids)
         reference = expected_kept(table, engine.seen, chunk, budget, stab, pinned)
@@ -125,8 +102,8 @@ def test_the_prompt_head_is_never_evicted_under_any_policy(llama, name):
     heads = RetainingHeads.for_model(llama, hidden=16) if name == "locret" else None
     settings = ReadSettings(budget=20, chunk_size=10, stabilizers=4, positions="original")
     answering = AnswerSettings(max_new_tokens=1)
-    engine = Engine(llama, make_policy(name, llama, heads), settings, stop_ids={1}, pinned=pinned,
-                    answering=answering)
+    engine = Engine(llama, make_policy(name, llama, heads), settings,
+                    PromptTokens(stop_ids=frozenset({1}), pinned=pinned), answering=answering)
     engine.read(chunks_of(random_ids(150), 10))
     for layer in engine.cache.layers:
         positions = layer.positions[0]
@@ -136,10 +113,11 @@ def test_the_prompt_head_is_never_evicted_under_any_policy(llama, name):
 
 def test_a_prompt_head_that_leaves_no_room_is_refused():
     settings = ReadSettings(budget=16, chunk_size=8, stabilizers=10)
-    facts = ModelFacts({}, layers=2, sliding=False, pinned=7)
+    facts = ModelFacts({}, layers=2, sliding=False, prompt=PromptTokens(pinned=7))
     with pytest.raises(LocretError, match="prompt's opening \\(7 tokens"):
-        resolve("streaming", facts, settings)
-    assert resolve("full", facts, settings).read == settings  # nothing is evicted: no limit
+        resolve(facts, replace(settings, policy="streaming"))
+    full = replace(settings, policy="full")
+    assert resolve(facts, full).read == full  # nothing is evicted: no limit
 
 
 def test_compact_keeps_the_same_entries_as_original(llama):
@@ -149,7 +127,7 @@ def test_compact_keeps_the_same_entries_as_original(llama):
     for positions in ("original", "compact"):
         settings = ReadSettings(budget=16, chunk_size=8, stabilizers=3, positions=positions)
         answering = AnswerSettings(max_new_tokens=1)
-        engine = Engine(llama, TablePolicy(table), settings, stop_ids={1}, answering=answering)
+        engine = Engine(llama, TablePolicy(table), settings, PromptTokens(stop_ids=frozenset({1})), answering=answering)
         for chunk in chunks_of(random_ids(n), 8):
             engine.prefill_chunk(chunk.ids)
         layer0[positions] = engine.cache.layers[0].values
@@ -157,7 +135,7 @@ def test_compact_keeps_the_same_entries_as_original(llama):
 
 
 def first_logits(model, policy, settings, ids, question):
-    engine = Engine(model, policy, settings, stop_ids={1})
+    engine = Engine(model, policy, settings, PromptTokens(stop_ids=frozenset({1})))
     for chunk in chunks_of(ids, settings.chunk_size):
         engine.prefill_chunk(chunk.ids)
     return engine.forward(question, score=False)
@@ -182,7 +160,8 @@ def test_longrope_switch_moves_cached_keys_to_long_frequencies():
     differ: tokens read before the switch were encoded under the short frequencies."""
     model = tiny_model("phi3")
     ids = random_ids(300)
-    engine = Engine(model, make_policy("full", model), ReadSettings(budget=400, chunk_size=64, positions="original"), {1})
+    engine = Engine(model, make_policy("full", model), ReadSettings(budget=400, chunk_size=64, positions="original"),
+                    PromptTokens(stop_ids=frozenset({1})))
     for chunk in chunks_of(ids, 64):
         engine.prefill_chunk(chunk.ids)
     reference = DynamicCache(config=model.config)
@@ -226,7 +205,8 @@ def test_full_policy_never_evicts(llama):
 def test_streaming_keeps_sinks_and_recent_window(llama):
     settings = ReadSettings(budget=12, chunk_size=10, stabilizers=2, positions="original")
     answering = AnswerSettings(max_new_tokens=1)
-    engine = Engine(llama, make_policy("streaming", llama), settings, stop_ids={1}, answering=answering)
+    engine = Engine(llama, make_policy("streaming", llama), settings, PromptTokens(stop_ids=frozenset({1})),
+                    answering=answering)
     for chunk in chunks_of(random_ids(50), 10):
         engine.prefill_chunk(chunk.ids)
     assert engine.cache.layers[1].positions[0, 0].tolist() == [0, 1, 2, 3] + list(range(42, 50))
@@ -247,14 +227,14 @@ def test_settings_are_checked():
 
 def test_sampling_is_seeded_and_top_p_narrows_to_the_best(llama):
     logits = torch.tensor([0.0, 3.0, 2.9, -1.0])
-    narrow = Engine(llama, make_policy("full", llama), ReadSettings(), {1},
+    narrow = Engine(llama, make_policy("full", llama), ReadSettings(), PromptTokens(stop_ids=frozenset({1})),
                     answering=AnswerSettings(temperature=1.0, top_p=1e-6))
-    assert [narrow.pick(logits) for _ in range(5)] == [1] * 5
+    assert [narrow.sampler.pick(logits) for _ in range(5)] == [1] * 5
     draws = []
     for _ in range(2):
-        engine = Engine(llama, make_policy("full", llama), ReadSettings(), {1},
+        engine = Engine(llama, make_policy("full", llama), ReadSettings(), PromptTokens(stop_ids=frozenset({1})),
                         answering=AnswerSettings(temperature=2.0, seed=11))
-        draws.append([engine.pick(logits) for _ in range(20)])
+        draws.append([engine.sampler.pick(logits) for _ in range(20)])
     assert draws[0] == draws[1] and len(set(draws[0])) > 1
 
 
@@ -263,7 +243,8 @@ def test_forks_answer_like_a_fresh_read(llama):
     settings = ReadSettings(budget=16, chunk_size=8, stabilizers=3)
     answering = AnswerSettings(max_new_tokens=4)
     ids = random_ids(60)
-    reader = Engine(llama, make_policy("streaming", llama), settings, stop_ids={1}, answering=answering)
+    reader = Engine(llama, make_policy("streaming", llama), settings, PromptTokens(stop_ids=frozenset({1})),
+                    answering=answering)
     reader.read(chunks_of(ids, 8))
     for question in ([5, 6], [9, 10, 11]):
         _, fresh = run(llama, make_policy("streaming", llama), settings, ids, question=question, answering=answering)
@@ -282,7 +263,8 @@ def test_forks_under_h2o_never_touch_the_reader(llama):
     settings = ReadSettings(budget=16, chunk_size=8, stabilizers=3)
     answering = AnswerSettings(max_new_tokens=4)
     ids = random_ids(80)
-    reader = Engine(llama, make_policy("h2o", llama), settings, stop_ids={1}, answering=answering)
+    reader = Engine(llama, make_policy("h2o", llama), settings, PromptTokens(stop_ids=frozenset({1})),
+                    answering=answering)
     reader.read(chunks_of(ids[:60], 8))
     before = cache_state(reader)
     first = reader.fork().answer([5, 6]).token_ids

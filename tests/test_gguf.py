@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 import torch
-from gguf_files import tiny_llama, write_gguf
+from helpers.gguf_files import tiny_llama, write_gguf
 from typer.testing import CliRunner
 
 from locret_cli.api import ModelSpec, load_session

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from gguf_files import tiny_llama, write_gguf
+from helpers.gguf_files import tiny_llama, write_gguf
 
 from locret_cli.models import gguf, gguf_cache
 from locret_cli.models.loading import load_model

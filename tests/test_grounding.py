@@ -6,8 +6,8 @@ import json
 import struct
 
 import pytest
-from conftest import FILLER
-from pdfs import text_pdf
+from helpers.documents import FILLER
+from helpers.pdfs import text_pdf
 from typer.testing import CliRunner
 
 from locret_cli.api import load_session
@@ -139,12 +139,12 @@ def test_a_saved_context_is_checked_from_its_text_and_refuses_a_tampered_one(emb
     path.write_text(FILLER * 40 + "The gate code of the north depot is 4821. " + FILLER * 40)
     saved = tmp_path / "doc.locret"
     save_reading(embedded.read(str(path)), saved, embedded.heads)
-    loaded = embedded.load(str(saved)).ask(GATE)
-    assert loaded.grounding.status == "found" and loaded.grounding.spans[0].places == ["line 1"]
+    loaded = embedded.open(str(saved)).ask(GATE)
+    assert loaded.grounding.verdict.status == "found" and loaded.grounding.verdict.spans[0].places == ["line 1"]
     begin, _ = tensor_offsets(saved, "document.ids")
     data = bytearray(saved.read_bytes())
     data[begin] ^= 0x01
     (tmp_path / "tampered.locret").write_bytes(bytes(data))
     with pytest.raises(LocretError, match="is corrupted: its tensors do not match the checksum") as caught:
-        embedded.load(str(tmp_path / "tampered.locret"))
+        embedded.open(str(tmp_path / "tampered.locret"))
     assert "\n" not in str(caught.value)

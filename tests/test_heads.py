@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from conftest import tiny_model
+from helpers.models import tiny_model
 from safetensors.torch import save_file
 from torch import nn
 

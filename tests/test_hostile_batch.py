@@ -8,7 +8,7 @@ import os
 import stat
 
 import pytest
-from batch_helpers import QUESTIONS, fact_document, questions_file
+from helpers.batch import QUESTIONS, fact_document, questions_file
 from typer.testing import CliRunner
 
 from locret_cli.batch.answer_log import AnswerLog, row_key

@@ -7,7 +7,7 @@ import io
 import json
 
 import pytest
-from pdfs import raw_pdf
+from helpers.pdfs import raw_pdf
 from typer.testing import CliRunner
 
 from locret_cli.bench.output import bench_table

@@ -19,7 +19,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import pytest
-from pdfs import text_pdf
+from helpers.pdfs import text_pdf
 from typer.testing import CliRunner
 
 from locret_cli.cli import app

@@ -8,9 +8,9 @@ arbitrary byte strings under six encodings go through the reader and tokenizer; 
 from __future__ import annotations
 
 import pytest
+from helpers.pdfs import one_page_objects, raw_pdf, text_pdf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pdfs import one_page_objects, raw_pdf, text_pdf
 from typer.testing import CliRunner
 
 from locret_cli.cli import app

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from gguf_files import write_gguf
-from hostile_files import (
+from helpers.gguf_files import write_gguf
+from helpers.hostile_files import (
     ANSWER,
     ARCHITECTURE,
     ARRAY,
@@ -88,9 +88,10 @@ def settings_edit(name, value):
     (lambda h: {**h, "engine": {**h["engine"], "kept_tokens": 10 ** 6}}, True, "its counts disagree"),
     (lambda h: {**h, "prefix_ids": [-1]}, True, "prefix_ids[0] must be a whole number of at least 0, got -1"),
     (lambda h: {**h, "prefix_ids": [10 ** 9]}, True, "its prompt ids pass its tokenizer's vocabulary"),
-    (lambda h: {**h, "policy": "oracle"}, True, 'policy must be one of "locret", "streaming"'),
+    (lambda h: {**h, "settings": {**h["settings"], "policy": "oracle"}}, True,
+     "its settings: policy must be locret, streaming"),
     (lambda h: {**h, "model": [h["model"]]}, True, "model must be an object, got [{"),
-    (lambda h: {**h, "version": 1}, True, "in context format 1; this locret (0.1.0) reads format 2: read the document"),
+    (lambda h: {**h, "version": 1}, True, "in context format 1; this locret (0.1.0) reads format 3: read the document"),
 ])
 def test_an_edited_header_is_refused_with_its_digest_or_by_its_fields(saved, tmp_path, change, sign, says):
     header = json.loads(locret_header(saved))

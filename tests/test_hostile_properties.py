@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from hostile_files import locret_header, needs_gguf, saved_depot, signed, with_header
+from helpers.hostile_files import locret_header, needs_gguf, saved_depot, signed, with_header
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -68,7 +68,7 @@ def test_an_edited_header_loads_only_if_it_means_the_same(embedded_session, save
     text = locret_header(saved)
     edited = one_character_edit(text, data, st.integers(0, len(text) - 1))
     path = with_header(saved, tmp_path / "edited.locret", edited)
-    if not refused_in_one_line(lambda: embedded_session.load(str(path))):
+    if not refused_in_one_line(lambda: embedded_session.open(str(path))):
         assert canonical(json.loads(edited)) == canonical(json.loads(text)), edited
 
 
@@ -124,7 +124,7 @@ def test_a_header_signed_again_with_a_field_removed_added_or_of_another_type_is_
                   if type(v) is not type(old) and not (isinstance(old, float) and type(v) is int)]
         edited = replaced(header, at, DELETE if how == "remove" else data.draw(st.sampled_from(others), label="new"))
     path = with_header(saved, tmp_path / "signed.locret", signed(edited))
-    assert refused_in_one_line(lambda: embedded_session.load(str(path))), (how, at)
+    assert refused_in_one_line(lambda: embedded_session.open(str(path))), (how, at)
 
 
 @pytest.fixture(scope="module")

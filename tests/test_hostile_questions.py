@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
+from locret_cli.api.plan import QUESTION_ALLOWANCE
 from locret_cli.api.session import Session
 from locret_cli.cli import app
-from locret_cli.core.engine import QUESTION_ALLOWANCE
 from locret_cli.errors import LocretError
 from locret_cli.inputs.documents import text_document
 
@@ -89,10 +89,11 @@ def test_the_memory_plan_counts_the_longest_question(monkeypatch, embedded_sessi
     plan = embedded_session.plan(questions=["Short?", question])
     assert plan.question_tokens == 608 and 608 > plan.read.chunk_size and 608 > QUESTION_ALLOWANCE
     estimated = []
-    monkeypatch.setattr(Session, "check_memory", lambda self, policy, settings, document, after, question:
-                        estimated.append((after, question)))
+    monkeypatch.setattr(Session, "check_memory", lambda self, plan, document:
+                        estimated.append((plan.cache_entries(), plan.question_room)))
     embedded_session.read(text_document(DOCUMENT, "doc"), plan)
-    assert estimated == [(plan.question_tokens + plan.answer.max_new_tokens, plan.question_tokens)]
+    room = plan.read.budget + plan.read.chunk_size + plan.question_tokens + plan.answer.max_new_tokens
+    assert estimated == [(room, plan.question_tokens)]
 
 
 def test_a_long_questions_prefill_that_would_not_fit_is_refused(monkeypatch, embedded_session):

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import DOCUMENT, ask, save_model_dir, tiny_model
+from helpers.cli import ask
+from helpers.documents import DOCUMENT
+from helpers.models import save_model_dir, tiny_model
 from torch import nn
 
 from locret_cli.api import ModelSpec, load_session

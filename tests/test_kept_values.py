@@ -4,10 +4,12 @@ trainer skips the questions whose value a read keeps too little of."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
-from conftest import byte_tokenizer, tiny_model
+from helpers.byte_tokenizers import byte_tokenizer
+from helpers.models import tiny_model
 from safetensors.torch import save_file
 
 from locret_cli.api import Session
@@ -46,7 +48,7 @@ def test_a_saved_reads_origins_become_one_row_per_layer_and_kv_head(tmp_path):
 def trainer_for(tmp_path, records, min_kept_share: float) -> ReaderTrainer:
     loaded = LoadedModel(tiny_model("llama"), byte_tokenizer(), "tiny llama", {})
     config = ReaderConfig(steps=2, rank=4, uncut_share=1.0, min_kept_share=min_kept_share)  # every read whole
-    return ReaderTrainer(Session(loaded, None, "streaming", None), records, tmp_path / "reader", config)
+    return ReaderTrainer(Session(replace(loaded, defaults={**loaded.defaults, "policy": "streaming"}), None, None), records, tmp_path / "reader", config)
 
 
 def records() -> list[ReaderRecord]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import tiny_model
-from test_engine import chunks_of, random_ids
+from helpers.engines import chunks_of, random_ids
+from helpers.models import tiny_model
 
 from locret_cli.api import load_session
 from locret_cli.api.saved_context import save_reading
@@ -15,6 +15,7 @@ from locret_cli.core.engine import Engine
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.core.policies.locret import LocretPolicy
 from locret_cli.errors import SettingError
+from locret_cli.inputs.prompt import PromptTokens
 from locret_cli.settings import ReadSettings
 
 STEPS = {8: 127, 4: 15}  # the steps across an entry's range (8 bits: half of it, either side of zero)
@@ -80,7 +81,8 @@ def test_a_read_in_fewer_bits_keeps_the_budget_in_fewer_bytes_and_moves_keys_fro
     ids = random_ids(300)
     readers = {}
     for kv_bits in (16, bits):
-        reader = Engine(model, LocretPolicy(heads), ReadSettings(**{**settings.__dict__, "kv_bits": kv_bits}), set())
+        reader = Engine(model, LocretPolicy(heads), ReadSettings(**{**settings.__dict__, "kv_bits": kv_bits}),
+                        PromptTokens(stop_ids=frozenset()))
         reader.read(chunks_of(ids, 32))
         readers[kv_bits] = reader
     exact, small = readers[16].cache, readers[bits].cache
@@ -96,10 +98,10 @@ def test_a_saved_context_keeps_the_codes_and_answers_alike(tmp_path, bits):
     session = load_session(device="cpu")
     document = tmp_path / "part.txt"
     document.write_text(open("samples/handbook.txt").read()[:30_000])
-    reading = session.read(str(document), session.read_settings(kv_bits=bits))
+    reading = session.read(str(document), session.plan(read={"kv_bits": bits}).read)
     path = tmp_path / "part.locret"
     save_reading(reading, path, session.heads)
-    loaded = session.load(str(path))
+    loaded = session.open(str(path))
     assert loaded.settings.kv_bits == bits
     for original, restored in zip(reading.engine.cache.layers, loaded.engine.cache.layers):
         for name in ("keys", "keys_scale", "values", "values_scale", "scores", "positions", "origins"):

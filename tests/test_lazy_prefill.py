@@ -8,8 +8,8 @@ import textwrap
 
 import pytest
 import torch
-from conftest import tiny_model
-from test_engine import TablePolicy, chunks_of, random_ids
+from helpers.engines import TablePolicy, chunks_of, random_ids
+from helpers.models import tiny_model
 from transformers import DynamicCache
 from typer.testing import CliRunner
 
@@ -23,6 +23,7 @@ from locret_cli.core.lazy_prefill import flowing_tokens
 from locret_cli.core.policies import make_policy
 from locret_cli.core.transformers_internals import cache_kwargs
 from locret_cli.errors import SettingError
+from locret_cli.inputs.prompt import PromptTokens
 from locret_cli.settings import AnswerSettings, ReadSettings
 
 LAYERS, AFTER = 4, 2
@@ -124,7 +125,7 @@ def test_the_flowing_count_is_rounded_up_to_a_step_with_the_best_scored():
 def test_pruned_tokens_have_no_entries_above_the_cut():
     model, ids = tiny_model("llama", layers=LAYERS), random_ids(48)
     table = torch.rand(2, 64, generator=torch.Generator().manual_seed(5))
-    engine = Engine(model, TablePolicy(table), SETTINGS, stop_ids={1})
+    engine = Engine(model, TablePolicy(table), SETTINGS, PromptTokens(stop_ids=frozenset({1})))
     *first, last = chunks_of(ids, SETTINGS.chunk_size)
     for chunk in first:
         engine.prefill_chunk(chunk.ids)
@@ -160,7 +161,7 @@ def test_engine_matches_a_reference_implementation_of_the_rule(policy):
     model, ids, question = tiny_model("llama", layers=LAYERS, seed=2), random_ids(64, seed=4), [5, 6, 7]
     table = shared_table(80)
     answering = AnswerSettings(max_new_tokens=6)
-    engine = Engine(model, policy(table), SETTINGS, stop_ids={1}, answering=answering)
+    engine = Engine(model, policy(table), SETTINGS, PromptTokens(stop_ids=frozenset({1})), answering=answering)
     engine.read(chunks_of(ids, SETTINGS.chunk_size))
     held, keys, pruned, answer = reference_run(model, table, ids, question, SETTINGS, 6)
     assert pruned > 0 and len(answer) > 0
@@ -190,9 +191,9 @@ def document(path, seed: int, fact: str | None = None) -> str:
 ])
 def test_with_nothing_pruned_the_cache_is_the_same_bit_for_bit(session, tmp_path, lazy, same_as):
     path = document(tmp_path / "doc.txt", seed=4)
-    hooked = session.read(path, settings=session.read_settings(**lazy)).engine
-    plain = session.read(path, settings=session.read_settings(**same_as)).engine
-    assert plain.document_tokens > 3 * session.read_settings().budget
+    hooked = session.read(path, settings=session.plan(read={**lazy}).read).engine
+    plain = session.read(path, settings=session.plan(read={**same_as}).read).engine
+    assert plain.document_tokens > 3 * session.plan().read.budget
     for a, b in zip(hooked.cache.layers, plain.cache.layers, strict=True):
         assert a.tensors().keys() == b.tensors().keys()
         assert all(torch.equal(a.tensors()[name], b.tensors()[name]) for name in a.tensors())
@@ -200,7 +201,7 @@ def test_with_nothing_pruned_the_cache_is_the_same_bit_for_bit(session, tmp_path
 
 def test_a_pruned_read_answers_and_leaves_every_layer_at_the_budget(session, tmp_path):
     fact = "The gate code of the north depot is 4821."
-    reading = session.read(document(tmp_path / "doc.txt", 6, fact), settings=session.read_settings(lazy_after=2))
+    reading = session.read(document(tmp_path / "doc.txt", 6, fact), settings=session.plan(read={"lazy_after": 2}).read)
     budget = reading.engine.settings.budget
     assert [layer.length for layer in reading.engine.cache.layers] == [budget] * 4
     assert reading.ask("What is the gate code of the north depot?").answer == fact
@@ -208,10 +209,10 @@ def test_a_pruned_read_answers_and_leaves_every_layer_at_the_budget(session, tmp
 
 def test_lazyllm_scores_by_the_last_tokens_attention_and_prunes_by_default():
     model = tiny_model("llama", layers=LAYERS)
-    settings = resolve("lazyllm", ModelFacts({}, LAYERS, False, 0), ReadSettings(budget=20, chunk_size=16,
-                                                                                 stabilizers=4)).read
+    facts = ModelFacts({}, LAYERS, False, PromptTokens())
+    settings = resolve(facts, ReadSettings(policy="lazyllm", budget=20, chunk_size=16, stabilizers=4)).read
     assert settings.lazy_after == 1  # a quarter of the way up, unless given
-    engine = Engine(model, make_policy("lazyllm", model), settings, stop_ids={1})
+    engine = Engine(model, make_policy("lazyllm", model), settings, PromptTokens(stop_ids=frozenset({1})))
     captured, observe = {}, engine.policy.observe
 
     def keep_query(layer_idx, query, key, scaling, layer):
@@ -234,9 +235,9 @@ def test_lazyllm_scores_by_the_last_tokens_attention_and_prunes_by_default():
     ("h2o", 4, "lazy_after must be below the model's 4 layers, got 4"),
 ])
 def test_refusals(policy, after, message):
-    settings = ReadSettings(budget=20, chunk_size=16, stabilizers=4, lazy_after=after)
+    settings = ReadSettings(policy=policy, budget=20, chunk_size=16, stabilizers=4, lazy_after=after)
     with pytest.raises(SettingError) as refused:
-        resolve(policy, ModelFacts({}, LAYERS, False, 0), settings, questions=["What is it?"])
+        resolve(ModelFacts({}, LAYERS, False, PromptTokens()), settings, questions=["What is it?"])
     assert message in str(refused.value)
 
 
@@ -261,10 +262,9 @@ def test_cli_reads_lazily_reports_it_and_refuses_bad_values(tmp_path):
 
 def test_a_lazy_reading_saves_and_loads_with_its_settings(session, tmp_path):
     fact = "The gate code of the north depot is 4821."
-    reading = session.read(document(tmp_path / "doc.txt", 6, fact), settings=session.read_settings(lazy_after=2,
-                                                                                                      lazy_share=0.5))
+    reading = session.read(document(tmp_path / "doc.txt", 6, fact), settings=session.plan(read={"lazy_after": 2, "lazy_share": 0.5}).read)
     save_reading(reading, tmp_path / "doc.locret")
-    loaded = session.load(str(tmp_path / "doc.locret"))
+    loaded = session.open(str(tmp_path / "doc.locret"))
     assert (loaded.settings.lazy_after, loaded.settings.lazy_share) == (2, 0.5)
     question = "What is the gate code of the north depot?"
     assert loaded.ask(question).answer == reading.ask(question).answer == fact

@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import byte_tokenizer, tiny_model
+from helpers.byte_tokenizers import byte_tokenizer
+from helpers.models import tiny_model
 from typer.testing import CliRunner
 
 from locret_cli.api import Session
@@ -28,29 +29,29 @@ def doc(tmp_path):
 
 
 def tiny_session(policy="streaming") -> Session:
-    return Session(LoadedModel(tiny_model("llama"), byte_tokenizer(), "tiny llama", {}), None, policy)
+    return Session(LoadedModel(tiny_model("llama"), byte_tokenizer(), "tiny llama", {"policy": policy}), None)
 
 
 @pytest.mark.parametrize("positions", ["compact", "original"])
 def test_the_estimated_cache_is_what_the_engine_holds_at_its_peak(doc, positions):
     """Compact positions move keys, and moved keys keep their unrotated copy; original positions never move them."""
     session = tiny_session()
-    result = session.ask(str(doc), "What is the gate code?", ReadSettings(budget=64, chunk_size=32, stabilizers=8,
-                                                                       positions=positions),
+    settings = ReadSettings(policy="streaming", budget=64, chunk_size=32, stabilizers=8, positions=positions)
+    result = session.ask(str(doc), "What is the gate code?", settings,
                          AnswerSettings(max_new_tokens=3))
-    plan = plan_memory(session.loaded.model, result.cache_peak_tokens, 32, keys_move=positions == "compact")
-    assert plan.cache_bytes == result.cache_peak_bytes
+    plan = plan_memory(session.loaded.model, result.kv_cache.peak_tokens, 32, keys_move=positions == "compact")
+    assert plan.cache_bytes == result.kv_cache.peak_bytes
     assert plan.activation_bytes > 0 and plan.available_bytes > 0
 
 
 def test_a_run_that_cannot_fit_is_refused_unless_forced(doc, monkeypatch):
     session = tiny_session()
-    settings = ReadSettings(budget=64, chunk_size=32, stabilizers=8)
+    settings = ReadSettings(policy="streaming", budget=64, chunk_size=32, stabilizers=8)
     answering = AnswerSettings(max_new_tokens=2)
     monkeypatch.setattr(measure, "available_memory", lambda device: 1000)
     with pytest.raises(LocretError, match="only 1000 B is free; lower budget, or pass force to run anyway"):
         session.ask(str(doc), "What is the gate code?", settings, answering)
-    assert session.ask(str(doc), "What is the gate code?", settings, answering, force=True).cache_kept_tokens == 64
+    assert session.ask(str(doc), "What is the gate code?", settings, answering, force=True).kv_cache.kept_tokens == 64
 
 
 def test_a_full_cache_is_estimated_from_the_text_files_size(doc, monkeypatch):
@@ -81,12 +82,12 @@ def test_no_memory_check_runs_what_the_estimate_would_refuse(doc):
                                           (dict(positions="sideways"), "^positions must be compact or original")])
 def test_ask_validates_the_settings_it_is_given(doc, bad, message):
     with pytest.raises(LocretError, match=message):
-        tiny_session().ask(str(doc), "What is the gate code?", ReadSettings(**bad))
+        tiny_session().ask(str(doc), "What is the gate code?", ReadSettings(policy="streaming", **bad))
 
 
 def test_ask_clips_given_stabilizers_with_a_warning(doc):
-    result = tiny_session().ask(str(doc), "q?", ReadSettings(budget=64, chunk_size=32, stabilizers=64),
-                                AnswerSettings(max_new_tokens=1))
+    settings = ReadSettings(policy="streaming", budget=64, chunk_size=32, stabilizers=64)
+    result = tiny_session().ask(str(doc), "q?", settings, AnswerSettings(max_new_tokens=1))
     assert result.settings.stabilizers == 32
     assert any("does not fit" in w for w in result.warnings)
 

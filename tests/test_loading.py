@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import torch
-from conftest import tiny_model
+from helpers.models import tiny_model
 
 from locret_cli.bench.synthetic import passkey_fact
 from locret_cli.inputs.tokenizer import TIKTOKEN_FILE, TiktokenTokenizer

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import DOCUMENT, ask, runner, save_model_dir, tiny_model
-from gguf_files import write_gguf
+from helpers.cli import ask, runner
+from helpers.documents import DOCUMENT
+from helpers.gguf_files import write_gguf
+from helpers.models import save_model_dir, tiny_model
 
 from locret_cli.api import ModelSpec, load_session
 from locret_cli.api.saved_context import save_reading
@@ -57,16 +59,16 @@ def test_a_session_reads_answers_and_saves_alike_and_packs_nothing(model_dir, tm
     document.write_text(DOCUMENT * 3)
     answers = []
     for cap in (None, cap_for(model_dir, 1)):
-        session = load_session(model_dir, policy="streaming", device="cpu", dtype="fp32", max_memory=cap)
-        settings = session.read_settings(budget=64, chunk_size=32, stabilizers=16)
+        session = load_session(model_dir, reads_with="streaming", device="cpu", dtype="fp32", max_memory=cap)
+        settings = session.plan(read={"policy": "streaming", "budget": 64, "chunk_size": 32, "stabilizers": 16}).read
         reading = session.read(str(document), settings)
-        answering = session.answer_settings(max_new_tokens=6)
+        answering = session.plan(answer={"max_new_tokens": 6}).answer
         result = reading.ask("What is the gate code?", answering)
         answers.append(result.answer)
         if cap is not None:
             assert not any(hasattr(m, PACKED_ATTRIBUTE) for m in session.loaded.model.modules())
             assert save_reading(reading, tmp_path / "doc.locret").size_bytes > 0
-            assert session.load(str(tmp_path / "doc.locret")).ask("What is the gate code?", answering).answer == \
+            assert session.open(str(tmp_path / "doc.locret")).ask("What is the gate code?", answering).answer == \
                 answers[0]
     assert answers[0] == answers[1]
 

@@ -4,18 +4,17 @@ same shape do not, shipped heads are picked up by identity, and nf4 (bitsandbyte
 from __future__ import annotations
 
 import importlib.util
-import json
 
 import pytest
 import torch
-from conftest import save_model_dir, tiny_model
+from helpers.heads import save_heads_for
+from helpers.models import save_model_dir, tiny_model
 
 from locret_cli.api import load_session
-from locret_cli.core.heads import RetainingHeads
 from locret_cli.core.identity import SAME_MODEL, same_model, sample_index, weights_identity
 from locret_cli.errors import LocretError
 from locret_cli.models import shipped
-from locret_cli.models.heads_files import load_heads, save_heads
+from locret_cli.models.heads_files import load_heads
 from locret_cli.models.loading import load_model
 
 
@@ -49,13 +48,6 @@ def test_samples_span_big_tensors_exactly():
     assert index[0] == 0 and index[-1] == numel - 1 and bool((index[1:] > index[:-1]).all())
 
 
-def save_heads_for(model, directory, defaults=None):
-    save_heads(RetainingHeads.for_model(model, hidden=16), directory, extra={"model_identity": weights_identity(model)})
-    if defaults is not None:
-        (directory / shipped.DEFAULTS_FILE).write_text(json.dumps(defaults))
-    return directory
-
-
 def test_heads_recorded_for_other_weights_are_refused_in_one_line(tmp_path):
     heads = save_heads_for(tiny_model("llama", seed=0), tmp_path / "heads")
     assert load_heads(heads, fake_4bit(tiny_model("llama", seed=0))).hidden == 16
@@ -75,9 +67,9 @@ def test_shipped_heads_and_their_settings_come_with_the_matching_model(tmp_path,
     model_dir = save_model_dir(tiny_model("llama", seed=0), tmp_path / "model")
     session = load_session(str(model_dir), device="cpu", dtype="fp32")  # no --heads: the shipped ones
     assert session.heads is not None and session.heads.hidden == 16
-    assert (session.read_settings().budget, session.read_settings().chunk_size) == (48, 16)
+    assert (session.plan().read.budget, session.plan().read.chunk_size) == (48, 16)
     given = load_session(str(model_dir), heads=str(root / "this-model"), device="cpu", dtype="fp32")
-    assert given.heads is not None and given.read_settings().budget == 6000  # the user's heads: no shipped settings
+    assert given.heads is not None and given.plan().read.budget == 6000  # the user's heads: no shipped settings
     other_dir = save_model_dir(tiny_model("llama", seed=2), tmp_path / "other")
     with pytest.raises(LocretError, match="needs retaining heads"):
         load_session(str(other_dir), device="cpu", dtype="fp32")
@@ -97,6 +89,6 @@ def test_nf4_on_the_cpu_is_the_same_model_and_reads_a_document(tmp_path):
     document = tmp_path / "d.txt"
     document.write_text("The gate code of the north depot is 4821. " * 30)
     result = session.ask(str(document), "What is the gate code?",
-                         session.read_settings(budget=64, chunk_size=32, stabilizers=16),
-                         session.answer_settings(max_new_tokens=3))
-    assert result.cache_kept_tokens == 64 and result.document.tokens > 64 and result.policy == "locret"
+                         session.plan(read={"budget": 64, "chunk_size": 32, "stabilizers": 16}).read,
+                         session.plan(answer={"max_new_tokens": 3}).answer)
+    assert result.kv_cache.kept_tokens == 64 and result.document.tokens > 64 and result.policy == "locret"

@@ -8,7 +8,8 @@ import random
 
 import pytest
 import torch
-from conftest import GATE, filler_lines, masked
+from helpers.attention import masked
+from helpers.documents import GATE, filler_lines
 
 from locret_cli.api import load_session
 from locret_cli.core.attention.over_cache import cache_attention, split_attention, use_attention_kernel

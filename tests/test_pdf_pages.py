@@ -7,7 +7,7 @@ import json
 import sys
 
 import pytest
-from pdfs import raw_pdf
+from helpers.pdfs import raw_pdf
 from typer.testing import CliRunner
 
 from locret_cli.cli import app

@@ -9,7 +9,8 @@ from dataclasses import replace
 
 import pytest
 import torch
-from conftest import ask, byte_tokenizer, tiny_model
+from helpers.cli import ask
+from helpers.pending_reads import LOCATED, SETTINGS, TEXT, UNLOCATED, WORDS
 
 from locret_cli.api import Session
 from locret_cli.api.saved_context import save_reading
@@ -17,24 +18,6 @@ from locret_cli.errors import LocretError
 from locret_cli.inputs.documents import open_document, token_chunks
 from locret_cli.inputs.prompt import prompt_layout
 from locret_cli.inputs.sources import SourceMap
-from locret_cli.models.loading import LoadedModel
-from locret_cli.settings import AnswerSettings, ReadSettings
-
-# Byte tokens: "QZX" and "?" occur nowhere else, so only that question names a window.
-TEXT = "".join(f"Line {i}: the lamp of room {i} is {i * 7 % 100}.\n" for i in range(60)) + \
-    "The vault of the tower is QZX.\n" + \
-    "".join(f"Line {i}: the lamp of room {i} is {i * 7 % 100}.\n" for i in range(60, 120))
-SETTINGS = ReadSettings(budget=96, chunk_size=64, stabilizers=16)
-WORDS = AnswerSettings(max_new_tokens=4, reread=1, reread_tokens=48, locate="words")
-LOCATED, UNLOCATED = "Where is QZX?", "Which lamp is in room 93"
-
-
-@pytest.fixture()
-def session_and_path(tmp_path):
-    session = Session(LoadedModel(tiny_model("llama"), byte_tokenizer(), "tiny llama", {}), None, "streaming")
-    path = tmp_path / "doc.txt"
-    path.write_text(TEXT)
-    return session, str(path)
 
 
 def keys(reading) -> list[torch.Tensor]:
@@ -51,8 +34,8 @@ def test_an_answer_from_a_located_window_never_runs_the_read(session_and_path):
     assert result.windows and [(w.first, w.end) for w in result.windows] == [(w.first, w.end) for w in expected.windows]
     assert result.answer == expected.answer and result.sources == expected.sources
     assert deferred.pending is not None and deferred.engine.cache.length() == 0
-    assert not result.holds_document and result.cache_kept_tokens == 0 and expected.holds_document
-    assert result.full_cache_bytes == expected.full_cache_bytes
+    assert not result.kv_cache.holds_document and result.kv_cache.kept_tokens == 0 and expected.kv_cache.holds_document
+    assert result.kv_cache.full_cache_bytes == expected.kv_cache.full_cache_bytes
 
 
 def test_a_question_naming_no_window_runs_the_read_once_and_gets_the_eager_cache(session_and_path):
@@ -64,11 +47,11 @@ def test_a_question_naming_no_window_runs_the_read_once_and_gets_the_eager_cache
     assert deferred.pending is not None
     result = deferred.ask(UNLOCATED, WORDS, on_read=events.append)
     assert result.route == "bounded-cache" and events and all(e.reading for e in events)
-    assert result.windows is None and result.holds_document and deferred.pending is None
+    assert result.windows is None and result.kv_cache.holds_document and deferred.pending is None
     assert result.answer == eager.ask(UNLOCATED, WORDS).answer
-    assert result.cache_kept_tokens == eager.engine.kept_tokens == SETTINGS.budget
+    assert result.kv_cache.kept_tokens == eager.engine.kept_tokens == SETTINGS.budget
     assert all(torch.equal(a, b) for a, b in zip(keys(deferred), keys(eager)))
-    assert deferred.read_s == deferred.document.read_s == result.read_s > 0
+    assert deferred.read_s == deferred.document.read_s == result.speed.read_s > 0
     read_events = len(events)
     deferred.ask(UNLOCATED, WORDS, on_read=events.append)
     assert len(events) == read_events  # nothing left to read
@@ -101,8 +84,8 @@ def test_answer_settings_that_need_the_cache_run_the_read_first(session_and_path
     for answering in (replace(WORDS, reread=0), replace(WORDS, locate="both")):
         deferred = session.read(path, SETTINGS, defer=True)
         result = deferred.ask(LOCATED, answering)
-        assert deferred.pending is None and result.holds_document
-        assert result.cache_kept_tokens == SETTINGS.budget
+        assert deferred.pending is None and result.kv_cache.holds_document
+        assert result.kv_cache.kept_tokens == SETTINGS.budget
 
 
 def test_tokenizing_reports_progress_and_the_chunks_come_back_unchanged(session_and_path):
@@ -131,8 +114,8 @@ def test_saving_or_mapping_a_deferred_reading_reads_it_first(session_and_path, t
 
 def test_a_read_for_questions_is_never_deferred(session_and_path):
     session, path = session_and_path
-    finch = Session(session.loaded, None, "finch")
-    reading = finch.read(path, SETTINGS, questions=[LOCATED], defer=True)
+    finch = Session(replace(session.loaded, defaults={**session.loaded.defaults, "policy": "finch"}), None)
+    reading = finch.read(path, replace(SETTINGS, policy="finch"), questions=[LOCATED], defer=True)
     assert reading.pending is None and reading.engine.kept_tokens == SETTINGS.budget
 
 
@@ -140,7 +123,7 @@ def test_session_ask_defers(session_and_path):
     session, path = session_and_path
     session.loaded.defaults = {"reread": 1, "reread_tokens": 48, "locate": "words", "max_new_tokens": 4}
     result = session.ask(path, LOCATED, SETTINGS)
-    assert result.windows and not result.holds_document
+    assert result.windows and not result.kv_cache.holds_document
 
 
 def test_cli_answers_from_the_window_unread_unless_asked_to_read_first(doc):  # noqa: F811
@@ -184,7 +167,7 @@ def test_chat_answers_unread_and_saves_only_after_reading(session_and_path, tmp_
         run_chat(conversation, lambda: next(given), Console(file=out, width=200), Console(file=err, width=200))
 
     chat(LOCATED, f"/save {tmp_path / 'taken.locret'}", "/quit")
-    assert conversation.results[0].windows and not conversation.results[0].holds_document
+    assert conversation.results[0].windows and not conversation.results[0].kv_cache.holds_document
     assert "already exists" in err.getvalue() and (tmp_path / "taken.locret").read_bytes() == b"someone's file"
     assert reading.pending is not None  # refused before reading
     chat(f"/save {tmp_path / 'new.locret'}", "/quit")

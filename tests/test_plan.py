@@ -1,44 +1,52 @@
-"""A run's plan (`api/plan.py`): every rule about a run's policy and settings is decided in `resolve` and
-`checked_spec`, once, and what reads the document takes the plan as it is."""
+"""A run's plan (`api/plan.py`): every rule about a run's policy and settings is decided in `resolve` (and, before
+a model loads, the policy in `read_policy`), once, and what reads the document takes the plan as it is."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, fields
+from dataclasses import asdict, fields, replace
 
 import pytest
-from conftest import DOCUMENT, byte_tokenizer, tiny_model
+from helpers.byte_tokenizers import byte_tokenizer
+from helpers.documents import DOCUMENT
+from helpers.models import tiny_model
 from typer.testing import CliRunner
 
 from locret_cli.api import ModelSpec, Session, load_session
-from locret_cli.api.plan import HISTORY_TOKENS, ModelFacts, checked_spec, resolve
+from locret_cli.api.plan import HISTORY_TOKENS, QUESTION_ALLOWANCE, ModelFacts, read_policy, resolve
 from locret_cli.api.saved_context import save_reading
 from locret_cli.cli import app
-from locret_cli.core.engine import QUESTION_ALLOWANCE
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.core.policies import POLICIES, make_policy
 from locret_cli.core.shape import ModelShape
 from locret_cli.errors import LocretError, SettingError
 from locret_cli.inputs.documents import text_document
-from locret_cli.inputs.prompt import prompt_layout
+from locret_cli.inputs.prompt import PromptTokens
 from locret_cli.models.loading import LoadedModel
 from locret_cli.settings import DEFAULT_POLICY, ReadSettings, policy_knobs
 
 FACTS = ModelFacts({"budget": 300, "stabilizers": 64, "max_new_tokens": 40, "history_tokens": 0}, layers=8,
-                   sliding=False, pinned=5)
+                   sliding=False, prompt=PromptTokens(pinned=5))
+
+
+def planned(policy: str, facts: ModelFacts = FACTS, read=None, answer=None, **options):
+    """`resolve` of a run under `policy`, the read settings given whole or by name."""
+    read = replace(read, policy=policy) if isinstance(read, ReadSettings) else {**(read or {}), "policy": policy}
+    return resolve(facts, read, answer, **options)
 
 
 def test_given_settings_come_first_then_the_recorded_ones_then_the_defaults():
-    plan = resolve("locret", FACTS, {"chunk_size": 64, "budget": None}, {"temperature": 0.5})
+    plan = planned("locret", FACTS, {"chunk_size": 64, "budget": None}, {"temperature": 0.5})
     assert (plan.read.budget, plan.read.chunk_size, plan.read.span) == (300, 64, ReadSettings().span)
     assert (plan.answer.max_new_tokens, plan.answer.temperature) == (40, 0.5)
-    assert plan.history_tokens == 0 and resolve("locret", ModelFacts({}, 8, False, 5)).history_tokens == HISTORY_TOKENS
-    assert resolve("locret", FACTS, ReadSettings(budget=90, stabilizers=20)).read == ReadSettings(budget=90,
+    assert plan.history_tokens == 0 and planned("locret", ModelFacts({}, 8, False, PromptTokens(pinned=5))).history_tokens == HISTORY_TOKENS
+    assert planned("locret", FACTS, ReadSettings(budget=90, stabilizers=20)).read == ReadSettings(budget=90,
                                                                                                  stabilizers=20)
+    assert planned("full", FACTS).read.policy == "full" and resolve(FACTS).read.policy == DEFAULT_POLICY
 
 
 def test_stabilizers_that_do_not_fit_are_clipped_once_with_a_warning():
-    plan = resolve("locret", FACTS, {"stabilizers": 400})
+    plan = planned("locret", FACTS, {"stabilizers": 400})
     assert plan.read.stabilizers == 150
     assert [str(warning) for warning in plan.warnings] == ["stabilizers 400 does not fit in budget 300; using 150"]
 
@@ -52,23 +60,23 @@ def test_stabilizers_that_do_not_fit_are_clipped_once_with_a_warning():
 ])
 def test_a_run_that_cannot_be_read_is_refused_by_its_plan(policy, read, message):
     with pytest.raises(SettingError) as refused:
-        resolve(policy, FACTS, read)
+        planned(policy, FACTS, read)
     assert message in str(refused.value)
 
 
 def test_policies_bring_their_own_rules():
-    assert resolve("lazyllm", FACTS).read.lazy_after == 2  # LazyLLM prunes from a quarter of the way up
-    assert resolve("lazyllm", FACTS, {"lazy_after": 5}).read.lazy_after == 5
-    assert resolve("full", FACTS, {"budget": 6, "stabilizers": 4}).read.budget == 6  # nothing evicted: it fits
+    assert planned("lazyllm", FACTS).read.lazy_after == 2  # LazyLLM prunes from a quarter of the way up
+    assert planned("lazyllm", FACTS, {"lazy_after": 5}).read.lazy_after == 5
+    assert planned("full", FACTS, {"budget": 6, "stabilizers": 4}).read.budget == 6  # nothing evicted: it fits
     with pytest.raises(SettingError, match="sliding layers must see every token"):
-        resolve("h2o", ModelFacts({}, 8, True, 0), {"lazy_after": 2})
+        planned("h2o", ModelFacts({}, 8, True, PromptTokens()), {"lazy_after": 2})
 
 
 def test_a_policys_own_knob_goes_to_that_policy_alone():
-    assert [str(w) for w in resolve("snapkv", FACTS, {"score_pool": 3}).warnings] == [
+    assert [str(w) for w in planned("snapkv", FACTS, {"score_pool": 3}).warnings] == [
         "score_pool is a setting of the locret policy; policy snapkv does not read it"]
-    assert resolve("locret", FACTS, {"score_pool": 3}).warnings == ()
-    assert resolve("snapkv", FACTS, ReadSettings(budget=90, stabilizers=20)).warnings == ()  # whole: its default
+    assert planned("locret", FACTS, {"score_pool": 3}).warnings == ()
+    assert planned("snapkv", FACTS, ReadSettings(budget=90, stabilizers=20)).warnings == ()  # whole: its default
     owned = {spec.name: spec.metadata["policy"] for spec in fields(ReadSettings) if spec.metadata["policy"]}
     assert owned == {"score_pool": "locret"}
     assert all(name in POLICIES[owner].knobs for name, owner in owned.items())  # declared by the policy it names
@@ -79,40 +87,49 @@ def test_a_policys_own_knob_goes_to_that_policy_alone():
 
 
 def test_questions_are_checked_and_steer_only_a_policy_that_reads_with_them():
-    assert resolve("finch", FACTS, questions=["Who?"], defer=True) == resolve("finch", FACTS, questions=["Who?"])
-    assert resolve("finch", FACTS, questions=["Who?"]).read_for == ("Who?",)  # never deferred
-    locret = resolve("locret", FACTS, questions=["Who?"], defer=True)
+    assert planned("finch", FACTS, questions=["Who?"], defer=True) == planned("finch", FACTS, questions=["Who?"])
+    assert planned("finch", FACTS, questions=["Who?"]).read_for == ("Who?",)  # never deferred
+    locret = planned("locret", FACTS, questions=["Who?"], defer=True)
     assert locret.read_for == () and locret.defer
-    assert resolve("finch", FACTS, questions=None).read_for == ()  # settings alone: nothing is read
+    assert planned("finch", FACTS, questions=None).read_for == ()  # settings alone: nothing is read
     with pytest.raises(SettingError, match="reads the document with its questions"):
-        resolve("finch", FACTS, questions=())
+        planned("finch", FACTS, questions=())
     with pytest.raises(LocretError, match="empty"):
-        resolve("locret", FACTS, questions=["  "])
+        planned("locret", FACTS, questions=["  "])
 
 
 def test_a_saved_context_keeps_the_settings_it_was_read_with():
     header = {"settings": {**asdict(ReadSettings(budget=128)), "from_an_older_locret": 1}}
-    plan = resolve("locret", FACTS, {"budget": 128}, {"max_new_tokens": 9}, saved=("book.locret", header))
-    assert plan.read == ReadSettings(budget=128) and plan.answer.max_new_tokens == 9 and plan.saved == "book.locret"
+    plan = planned("locret", FACTS, {"budget": 128}, {"max_new_tokens": 9}, saved=("book.locret", header))
+    assert plan.read == ReadSettings(budget=128) and plan.answer.max_new_tokens == 9
     with pytest.raises(SettingError) as refused:
-        resolve("locret", FACTS, {"budget": 64}, saved=("book.locret", header))
+        planned("locret", FACTS, {"budget": 64}, saved=("book.locret", header))
     assert "budget is fixed when the document is read: book.locret was read with 128, not 64" in str(refused.value)
 
 
-def test_the_spec_names_its_policy_in_one_place(tmp_path):
-    assert checked_spec(ModelSpec(policy=None)).policy == DEFAULT_POLICY
-    session = load_session(device="cpu", policy="streaming")
+def test_the_policy_is_a_read_setting_named_before_the_model_loads(tmp_path):
+    assert read_policy({}) == DEFAULT_POLICY and read_policy({"policy": "h2o"}) == "h2o"
+    with pytest.raises(SettingError, match="policy must be locret, streaming, .* or full, got 'nope'"):
+        read_policy({"policy": "nope"})
+    session = load_session(device="cpu")
     path = tmp_path / "doc.txt"
     path.write_text(DOCUMENT)
     saved = str(tmp_path / "doc.locret")
-    save_reading(session.read(str(path), {"budget": 256, "stabilizers": 64}), saved, session.heads)
-    assert checked_spec(ModelSpec(policy=None), saved).policy == "streaming"
+    save_reading(session.read(str(path), {"policy": "streaming", "budget": 256, "stabilizers": 64}), saved,
+                 session.heads)
+    assert read_policy({}, saved) == "streaming" and session.open(saved).settings.policy == "streaming"
     with pytest.raises(SettingError, match="was read with policy streaming, not locret"):
-        checked_spec(ModelSpec(policy="locret"), saved)
+        read_policy({"policy": "locret"}, saved)
+
+
+def test_the_locret_policy_is_refused_on_a_model_without_heads():
+    headless = replace(FACTS, has_heads=False)
+    assert planned("streaming", headless).read.policy == "streaming"
+    with pytest.raises(SettingError, match="the locret policy needs retaining heads for this model"):
+        planned("locret", headless)
 
 
 @pytest.mark.parametrize("spec, message", [
-    (ModelSpec(policy="nope"), "unknown policy 'nope'"),
     (ModelSpec("some/model", arch="smollm2-135m"), "choose model or arch"),
     (ModelSpec("some/model", load_4bit=True, load_8bit=True), "choose load_4bit or load_8bit"),
     (ModelSpec(arch="smollm2-135m", load_4bit=True), "arch builds its random weights"),
@@ -128,18 +145,18 @@ def test_which_model_options_combine_is_decided_by_the_spec(spec, message):
 
 def test_the_session_reads_with_the_plan_as_it_is(monkeypatch):
     model = tiny_model("llama", layers=4)
-    session = Session(LoadedModel(model, byte_tokenizer(), "tiny llama", {"budget": 64, "chunk_size": 16}), None,
-                      "h2o")
-    head = prompt_layout(session.loaded.tokenizer).head_ids  # never evicted
-    assert session.facts == ModelFacts({"budget": 64, "chunk_size": 16}, 4, False, len(head))
+    recorded = {"policy": "h2o", "budget": 64, "chunk_size": 16}
+    session = Session(LoadedModel(model, byte_tokenizer(), "tiny llama", recorded), None)
+    assert session.facts == ModelFacts(recorded, 4, False, PromptTokens.of(model, session.loaded.tokenizer), False)
     plan = session.plan({"stabilizers": 8}, {"max_new_tokens": 300}, questions=["What is it?"])
     estimated = []
-    monkeypatch.setattr(Session, "check_memory", lambda self, policy, settings, document, after, question:
-                        estimated.append((settings, after, question)))
+    monkeypatch.setattr(Session, "check_memory", lambda self, plan, document:
+                        estimated.append((plan.read, plan.cache_entries(), plan.question_room)))
     reading = session.read(text_document(DOCUMENT[:600], "doc"), plan)
     assert reading.settings == plan.read and reading.answering == plan.answer and not reading.warnings
+    assert reading.settings.policy == "h2o" and reading.engine.policy.name == "h2o"
     # the memory estimate sees the answer's length, and a short question as the allowance every read keeps for one
-    assert estimated == [(plan.read, QUESTION_ALLOWANCE + 300, QUESTION_ALLOWANCE)]
+    assert estimated == [(plan.read, 64 + 16 + QUESTION_ALLOWANCE + 300, QUESTION_ALLOWANCE)]
 
 
 def test_ask_json_prints_the_settings_of_its_plan(tmp_path):

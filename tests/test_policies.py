@@ -5,12 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import tiny_model
-from test_engine import chunks_of, random_ids
+from helpers.engines import chunks_of, random_ids
+from helpers.models import tiny_model
 
 from locret_cli.core.engine import Engine
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.core.policies import POLICIES, POLICY_NAMES, make_policy, select
+from locret_cli.inputs.prompt import PromptTokens
 from locret_cli.settings import ReadSettings
 
 
@@ -43,7 +44,7 @@ def dense_probabilities(model, ids):
 
 def prefill(model, policy_name, ids, chunk):
     settings = ReadSettings(budget=1000, chunk_size=chunk, stabilizers=0, positions="original")
-    engine = Engine(model, make_policy(policy_name, model), settings, stop_ids={1})
+    engine = Engine(model, make_policy(policy_name, model), settings, PromptTokens(stop_ids=frozenset({1})))
     for c in chunks_of(ids, chunk):
         engine.prefill_chunk(c.ids)
     return engine
@@ -81,7 +82,7 @@ def test_every_policy_holds_the_same_cache_size_at_every_step(positions):
         seen = []
         question = [5, 6, 7] if name == "finch" else None
         policy = make_policy(name, model, heads, question_length=len(question or ()))
-        engine = Engine(model, policy, settings, stop_ids={1}, question_ids=question)
+        engine = Engine(model, policy, settings, PromptTokens(stop_ids=frozenset({1})), question_ids=question)
         engine.read(chunks_of(ids, 16), lambda p: seen.append(p.cache_tokens))
         sizes[name] = (seen, engine.cache.peak_tokens)
     assert sizes.pop("finch") == ([16, 20, 20, 20, 20, 20], 36 + 3)  # the question's 3 entries, until dropped

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import save_model_dir, tiny_model
-from gguf_files import tiny_llama, write_gguf
-from test_model_identity import save_heads_for
+from helpers.gguf_files import tiny_llama, write_gguf
+from helpers.heads import save_heads_for
+from helpers.models import save_model_dir, tiny_model
 
 from locret_cli.api import load_session, session
 from locret_cli.core.shape import ModelShape
@@ -56,7 +56,7 @@ def test_heads_of_another_shape_are_refused_before_the_model_loads(tmp_path, nev
 
 def test_policies_without_heads_pass_the_preflight(tmp_path, shipped_root):
     model_dir = save_model_dir(tiny_model("qwen2"), tmp_path / "qwen2")
-    assert load_session(str(model_dir), policy="streaming", device="cpu", dtype="fp32").heads is None
+    assert load_session(str(model_dir), reads_with="streaming", device="cpu", dtype="fp32").heads is None
 
 
 def test_a_gguf_files_shape_is_read_from_its_header(tmp_path):
@@ -71,9 +71,9 @@ def test_a_tiny_qwen2_reads_evicts_and_answers_with_its_shipped_heads(tmp_path, 
     save_heads_for(model, shipped_root / "qwen2", defaults)
     model_dir = save_model_dir(model, tmp_path / "qwen2")
     loaded = load_session(str(model_dir), device="cpu", dtype="fp32")
-    assert loaded.heads is not None and loaded.read_settings().budget == 48
+    assert loaded.heads is not None and loaded.plan().read.budget == 48
     reading = loaded.read(text_document("The gate code is 4821. " + "Words go by. " * 60))
     result = reading.ask("What is the gate code?", sources=0)
     assert result.policy == "locret" and result.route == "bounded-cache"
-    assert result.cache_kept_tokens <= 48 < result.document.tokens  # evicted to the budget
-    assert result.decode_steps > 0 and json.loads(json.dumps(result.to_json()))["answer"] == result.answer
+    assert result.kv_cache.kept_tokens <= 48 < result.document.tokens  # evicted to the budget
+    assert result.speed.decode_steps > 0 and json.loads(json.dumps(result.to_json()))["answer"] == result.answer

@@ -4,11 +4,12 @@ attention it pays them, then leaves the cache; a read without questions, or unde
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
-from conftest import DOCUMENT
-from test_engine import chunks_of, random_ids
+from helpers.documents import DOCUMENT
+from helpers.engines import chunks_of, random_ids
 from typer.testing import CliRunner
 
 from locret_cli.api import Session, load_session
@@ -18,6 +19,7 @@ from locret_cli.cli import app
 from locret_cli.core.engine import Engine
 from locret_cli.core.policies.attention import FinchPolicy
 from locret_cli.errors import SettingError
+from locret_cli.inputs.prompt import PromptTokens
 from locret_cli.settings import ReadSettings
 
 runner = CliRunner()
@@ -44,7 +46,8 @@ def reference_finch_scores(model, ids: list[int], question: list[int]) -> list[t
 def test_finch_scores_are_the_questions_normalised_attention(llama):
     ids, question = random_ids(24), random_ids(5, seed=2)
     settings = ReadSettings(budget=64, chunk_size=24, stabilizers=4, positions="original")
-    engine = Engine(llama, FinchPolicy(16, len(question)), settings, stop_ids={1}, question_ids=question)
+    engine = Engine(llama, FinchPolicy(16, len(question)), settings, PromptTokens(stop_ids=frozenset({1})),
+                    question_ids=question)
     engine.prefill_chunk(ids)
     assert engine.seen == 24 and engine.cache.length() == 24  # the question's entries are gone
     for layer, expected in zip(engine.cache.layers, reference_finch_scores(llama, ids, question)):
@@ -56,7 +59,8 @@ def test_finch_scores_are_the_questions_normalised_attention(llama):
 def test_the_question_never_stays_in_the_cache(llama, positions):
     question = random_ids(6, seed=3)
     settings = ReadSettings(budget=20, chunk_size=8, stabilizers=3, positions=positions)
-    engine = Engine(llama, FinchPolicy(16, len(question)), settings, stop_ids={1}, question_ids=question)
+    engine = Engine(llama, FinchPolicy(16, len(question)), settings, PromptTokens(stop_ids=frozenset({1})),
+                    question_ids=question)
     for chunk in chunks_of(random_ids(64), 8):
         engine.prefill_chunk(chunk.ids)
         for layer in engine.cache.layers:
@@ -66,8 +70,8 @@ def test_the_question_never_stays_in_the_cache(llama, positions):
 
 def test_finch_without_a_question_is_refused():
     with pytest.raises(SettingError, match="reads the document with its questions"):
-        resolve("finch", ModelFacts({}, 2, False, 0), ReadSettings(budget=20, chunk_size=8, stabilizers=3),
-                questions=())
+        resolve(ModelFacts({}, 2, False, PromptTokens()),
+                ReadSettings(policy="finch", budget=20, chunk_size=8, stabilizers=3), questions=())
 
 
 @pytest.fixture(scope="module")
@@ -95,13 +99,13 @@ def test_other_policies_ignore_questions_and_save_the_same_file(embedded, docume
 
 
 def test_a_finch_read_records_its_questions_and_keeps_them_when_saved(embedded, document, tmp_path):
-    finch = Session(embedded.loaded, embedded.heads, "finch")
+    finch = Session(replace(embedded.loaded, defaults={**embedded.loaded.defaults, "policy": "finch"}), embedded.heads)
     question = "What is the gate code of the north depot?"
     result = finch.ask(str(document), question)
     assert result.read_for == (question,) and result.to_json()["read_for"] == [question]
     reading = finch.read(str(document), questions=[question, "Who counts the sacks?"])
     save_reading(reading, tmp_path / "finch.locret", embedded.heads)
-    assert finch.load(str(tmp_path / "finch.locret")).read_for == (question, "Who counts the sacks?")
+    assert finch.open(str(tmp_path / "finch.locret")).read_for == (question, "Who counts the sacks?")
 
 
 def test_the_command_line_reads_for_questions_and_refuses_finch_without_them(document, tmp_path):

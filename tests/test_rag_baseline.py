@@ -33,7 +33,7 @@ HAS_MINILM = all(importlib.util.find_spec(m) for m in ("sentence_transformers", 
 
 @pytest.fixture(scope="module")
 def session():
-    return load_session(policy="full")
+    return load_session(reads_with="full")
 
 
 class FakeEmbed:
@@ -109,7 +109,7 @@ def test_the_top_passages_fill_the_cap_exactly_in_document_order(session, cap):
     assert cut == set(range(first, first + len(cut))) and len(cut) < past - first, "then the next one's first words"
     one_more = [passages.ranges[i] for i in order[:whole]] + [(first, first + len(cut) + 1)]
     assert count(passages.joined_ranges(one_more)) > cap, "one more word would pass the cap"
-    reading = session.read(text_document(context, "passages"), force=True)
+    reading = session.read(text_document(context, "passages"), {"policy": "full"}, force=True)
     assert reading.document.tokens == count(context), "the model reads the tokens counted"
 
 
@@ -118,7 +118,7 @@ def test_the_baseline_reads_with_the_same_prompt_head_and_judges_by_the_whole_do
     head = prompt_layout(tokenizer).head_ids
     samples = [Sample(text_document(" ".join(FRUIT), "fruit"), [Question("Who is the harbour pilot?", "Kwame Mensah"),
                                                                Question("Which fruit is curved?", "bananas")])]
-    settings = session.read_settings()
+    settings = session.plan({"policy": "full"}).read
     (locret_first, _) = list(policy_readings(session, samples, settings))
     asked = list(baseline_readings(session, Baseline("passage-oracle", 96), samples, settings))
     assert [a.first for a in asked] == [True, False] and all(a.new_read for a in asked)
@@ -128,7 +128,7 @@ def test_the_baseline_reads_with_the_same_prompt_head_and_judges_by_the_whole_do
         assert len(ids) - len(head) == one.reading.document.tokens <= 96
         assert one.question.answer in tokenizer.decode(ids[len(head):])
         assert one.document_tokens == locret_first.document_tokens and one.judged.occurrences(["apples"])
-    assert asked[0].reading.ask("Who is the harbour pilot?", session.answer_settings(max_new_tokens=4)).answer
+    assert asked[0].reading.ask("Who is the harbour pilot?", session.plan(answer={"max_new_tokens": 4}).answer).answer
 
 
 def test_the_oracle_window_holds_the_answer_at_its_depth_or_where_the_document_states_it(session):

@@ -4,10 +4,13 @@ caches, saved, resumed and loaded for the model it was trained for alone."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
-from conftest import byte_tokenizer, save_model_dir, tiny_model
+from helpers.byte_tokenizers import byte_tokenizer
+from helpers.models import save_model_dir, tiny_model
+from helpers.readers import strong_reader
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
@@ -23,23 +26,13 @@ from locret_cli.training.reader_trainer import ReaderConfig, ReaderRecord, Reade
 
 runner = CliRunner()
 TEXT = "".join(f"Line {i}: the crate in bay {i % 7} holds {i * 13 % 97} lamps.\n" for i in range(60))
-SETTINGS = ReadSettings(budget=96, chunk_size=64, stabilizers=16)
+SETTINGS = ReadSettings(policy="streaming", budget=96, chunk_size=64, stabilizers=16)
 ANSWERING = AnswerSettings(max_new_tokens=12, reread=0)
 
 
 def session_with(reader: ReaderAdapter | None, model=None) -> Session:
     loaded = LoadedModel(model or tiny_model("llama"), byte_tokenizer(), "tiny llama", {})
-    return Session(loaded, None, "streaming", reader)
-
-
-def strong_reader(model, seed: int = 3) -> ReaderAdapter:
-    """A reader whose updates are far from zero, so that they change what the model says."""
-    torch.manual_seed(seed)
-    reader = ReaderAdapter.for_model(model, rank=4)
-    with torch.no_grad():
-        for b in reader.up:
-            b.normal_(0, 0.5)
-    return reader
+    return Session(replace(loaded, defaults={**loaded.defaults, "policy": "streaming"}), None, reader)
 
 
 def document(tmp_path):
@@ -89,8 +82,8 @@ def test_the_reader_changes_the_answer_and_leaves_the_documents_entries_alone(tm
     forked = {f"{i}.{n}": t[:, :, :kept] for i, layer in enumerate(fork.cache.layers)
               for n, t in layer.tensors().items()}
     assert all(torch.equal(before[k], t) for k, t in forked.items())
-    reading.engine.reader = None
-    plain = reading.ask("How many lamps are in bay 3?", ANSWERING, sources=0)
+    plain = session_with(None, model).read(document(tmp_path), SETTINGS).ask("How many lamps are in bay 3?", ANSWERING,
+                                                                            sources=0)
     assert adapted.answer != plain.answer
     assert adapted.reader == "untrained" and adapted.to_json()["reader"] == "untrained"
 
@@ -147,7 +140,7 @@ def test_a_record_that_names_its_budget_is_read_at_it_and_a_bad_budget_is_refuse
     assert [r.budget for r in records] == [None, 9000]
     t = trainer(tmp_path, tiny_model("llama"), steps=1)
     t.records = records
-    stabilizers = t.session.read_settings().stabilizers
+    stabilizers = t.session.plan().read.stabilizers
     assert t.budget_for(1, 100_000) == max(9000, 2 * stabilizers)
     assert 20_000 <= t.budget_for(0, 100_000) <= 40_000  # drawn from the config's kept share, 20-40%
     for bad in (0, -5, 2.5, "200", True):

@@ -6,8 +6,8 @@ import random
 
 import pytest
 import torch
-from conftest import GATE, filler_lines
-from pdfs import text_pdf
+from helpers.documents import GATE, filler_lines
+from helpers.pdfs import text_pdf
 
 from locret_cli.api import load_session
 from locret_cli.api.saved_context import save_reading
@@ -70,7 +70,7 @@ def test_origins_are_token_indices_through_eviction(session, tmp_path):
     eviction, and stay unique and ascending per head."""
     path = tmp_path / "doc.txt"
     path.write_text("\n".join(filler_lines(random.Random(3), 400)))
-    settings = session.read_settings(positions="original")
+    settings = session.plan(read={"positions": "original"}).read
     reading = session.read(str(path), settings)
     assert reading.engine.document_tokens > 3 * settings.budget
     for layer in reading.engine.cache.layers:
@@ -121,7 +121,7 @@ def test_an_answer_that_the_document_is_silent_cites_nothing(session, tmp_path):
         def restated(self, question, said):
             return None
 
-    reading.forms = Silent()
+    reading.question_forms = Silent()
     silent = reading.ask("What is the pass key?")
     assert silent.answer == answer and silent.sources == []
     assert reading.ask("What is the pass key?", sources=0).sources is None
@@ -161,7 +161,7 @@ def test_a_read_past_the_models_positions_warns_unless_compact_positions_keep_it
     trained = session.loaded.model.config.max_position_embeddings
     text = "The gate code is 4821. " + "Words go by here. " * (trained // 3)
     small = {"budget": 256, "chunk_size": 128, "stabilizers": 32}
-    full = load_session(policy="full").read(text_document(text), ReadSettings(**small))
+    full = load_session().read(text_document(text), ReadSettings(**small, policy="full"))
     assert full.document.tokens > trained
     assert any(f"pass the {trained:,} positions" in w for w in full.warnings)
     bounded = session.read(text_document(text), ReadSettings(**small))

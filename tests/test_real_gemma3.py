@@ -45,7 +45,7 @@ def test_gemma3_comes_with_its_heads_settings_and_a_completion_prompt(session):
     config = session.loaded.model.config
     assert config.layer_types.count("full_attention") == 3 and config.sliding_window == 512
     assert session.heads is not None and session.heads.shape.layers == 18
-    settings = session.read_settings()
+    settings = session.plan().read
     assert (settings.budget, settings.chunk_size, settings.stabilizers) == (4096, 1024, 256)
     tokenizer = session.loaded.tokenizer
     assert not tokenizer.chat_template and session.line_ends

@@ -36,7 +36,7 @@ def test_smollm2_comes_with_its_heads_and_settings(session):
     config = session.loaded.model.config
     assert (config.num_hidden_layers, config.num_attention_heads, config.num_key_value_heads) == (30, 9, 3)
     assert session.heads is not None and session.heads.shape.layers == 30
-    settings = session.read_settings()
+    settings = session.plan().read
     assert (settings.budget, settings.chunk_size, settings.stabilizers) == (4096, 1024, 256)
 
 
@@ -46,7 +46,7 @@ def test_the_same_weights_saved_and_loaded_in_nf4_get_the_same_heads(session, tm
     save_dequantized(session.loaded.model, session.loaded.tokenizer, tmp_path / "smollm2")
     nf4 = load_session(str(tmp_path / "smollm2"), device="cpu", dtype="bf16", load_4bit=True)
     assert type(nf4.loaded.model.model.layers[0].self_attn.q_proj).__name__ == "Linear4bit"
-    assert nf4.heads is not None and nf4.read_settings().budget == 4096
+    assert nf4.heads is not None and nf4.plan().read.budget == 4096
     shipped = find_shipped(nf4.loaded.model)
     identity = json.loads((shipped.directory / "heads.json").read_text())["model_identity"]
     match, cosine = same_model(nf4.loaded.model, identity)

@@ -6,12 +6,13 @@ from dataclasses import replace
 
 import pytest
 import torch
-from conftest import byte_tokenizer, tiny_model
+from helpers.byte_tokenizers import byte_tokenizer
+from helpers.models import tiny_model
 
 from locret_cli.api import Session
-from locret_cli.api.reread import SEPARATOR, locate, merged, second_hop
 from locret_cli.api.saved_context import save_reading
 from locret_cli.core.answer.locate import attention_per_token, best_windows, question_words_per_token
+from locret_cli.core.answer.reread import SEPARATOR, locate, merged, second_hop
 from locret_cli.errors import SettingError
 from locret_cli.inputs.prompt import conversation_ids
 from locret_cli.inputs.tokenizer import encode_text
@@ -51,7 +52,7 @@ def test_attention_per_token_sums_over_heads_and_skips_the_prompt_head():
 
 @pytest.fixture()
 def reading(tmp_path):
-    session = Session(LoadedModel(tiny_model("llama"), byte_tokenizer(), "tiny llama", {}), None, "streaming")
+    session = Session(LoadedModel(tiny_model("llama"), byte_tokenizer(), "tiny llama", {"policy": "streaming"}), None)
     (tmp_path / "doc.txt").write_text(TEXT)
     return session, session.read(str(tmp_path / "doc.txt"), ReadSettings(budget=96, chunk_size=64, stabilizers=16))
 
@@ -66,7 +67,7 @@ def test_the_second_pass_reads_exactly_the_windows_the_first_pass_named(reading)
     assert [(w.first, w.end) for w in result.windows] == spans and spans
     separator = len(encode_text(reading.tokenizer, SEPARATOR))
     read_again = reading.engine.pinned + sum(end - first for first, end in spans) + separator * (len(spans) + 1)
-    assert result.cache_peak_tokens >= read_again
+    assert result.kv_cache.peak_tokens >= read_again
     assert all(w.label.startswith("lines ") for w in result.windows)
     plain = reading.ask("What is the lamp of room 7?", replace(answering, reread=0))
     assert plain.windows is None
@@ -126,4 +127,4 @@ def test_two_hops_answer_from_the_windows_of_both(reading):
     separator = len(encode_text(reading.tokenizer, SEPARATOR))
     read_again = reading.engine.pinned + sum(w.end - w.first for w in result.windows) + \
         separator * (len(result.windows) + 1)
-    assert result.cache_peak_tokens >= read_again
+    assert result.kv_cache.peak_tokens >= read_again

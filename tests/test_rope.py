@@ -6,8 +6,8 @@ import importlib
 
 import pytest
 import torch
-from conftest import ROPE_VARIANTS, tiny_model
-from test_engine import chunks_of, random_ids
+from helpers.engines import chunks_of, random_ids
+from helpers.models import ROPE_VARIANTS, tiny_model
 from transformers import DynamicCache, GPT2Config
 
 from locret_cli.core.attention.rope import AngleTable, check_supported, frequencies_for, position_cos_sin, rotate
@@ -16,6 +16,7 @@ from locret_cli.core.engine import Engine
 from locret_cli.core.policies import make_policy
 from locret_cli.core.transformers_internals import cache_kwargs, rotary_module
 from locret_cli.errors import LocretError
+from locret_cli.inputs.prompt import PromptTokens
 from locret_cli.settings import ReadSettings
 
 
@@ -70,7 +71,8 @@ def test_dynamic_ntk_growth_moves_cached_keys_to_the_new_frequencies():
     a chunked read of 300 tokens, layer 0's cached keys (which depend only on the tokens) equal those of one pass."""
     model = tiny_model("llama", rope=ROPE_VARIANTS["dynamic"], max_positions=128)
     ids = random_ids(300)
-    engine = Engine(model, make_policy("full", model), ReadSettings(budget=400, chunk_size=64, positions="original"), {1})
+    engine = Engine(model, make_policy("full", model), ReadSettings(budget=400, chunk_size=64, positions="original"),
+                    PromptTokens(stop_ids=frozenset({1})))
     frequencies = []
     for chunk in chunks_of(ids, 64):
         engine.prefill_chunk(chunk.ids)
@@ -153,7 +155,7 @@ def key_error(cache, exact) -> float:
 
 def test_a_key_moved_300_times_is_as_exact_as_a_key_moved_once():
     """No drift: every move turns keys from their unrotated copy, so 300 evictions cost what one does. (Turning
-    stored bf16 keys cumulatively drifted 0.23% after one move and 8.3% after 300: docs/engine.md.)"""
+    stored bf16 keys cumulatively drifted 0.23% after one move and 8.3% after 300: docs/cache.md.)"""
     once, exact_once = drifted_cache(1)
     many, exact_many = drifted_cache(300)
     first, last = key_error(once, exact_once), key_error(many, exact_many)

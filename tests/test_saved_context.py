@@ -7,7 +7,7 @@ import struct
 
 import pytest
 import torch
-from conftest import tiny_model
+from helpers.models import tiny_model
 
 from locret_cli.api import Session, load_session
 from locret_cli.api.saved_context import LAYER_TENSORS, VERSION, load_reading, save_reading
@@ -37,7 +37,7 @@ def saved(session, tmp_path_factory):
 
 def test_round_trip_is_bit_identical_and_answers_alike(session, saved):
     reading, path = saved
-    loaded = session.load(str(path))
+    loaded = session.open(str(path))
     for original, restored in zip(reading.engine.cache.layers, loaded.engine.cache.layers):
         for name in LAYER_TENSORS:
             a, b = getattr(original, name), getattr(restored, name)
@@ -103,7 +103,7 @@ def test_bad_files_are_refused_in_one_line(session, saved, tmp_path):
     }
     for name, message in cases.items():
         with pytest.raises(LocretError, match=message) as caught:
-            session.load(str(tmp_path / name))
+            session.open(str(tmp_path / name))
         assert "\n" not in str(caught.value)
 
 
@@ -112,14 +112,15 @@ def test_another_model_dtype_or_heads_is_refused(session, saved):
     model = session.loaded.model
     other = tiny_model("llama")
     with pytest.raises(LocretError, match="read by another model"):
-        load_reading(path, other, session.loaded.tokenizer, "tiny")
+        load_reading(path, Session(LoadedModel(other, session.loaded.tokenizer, "tiny", {}), None),
+                     session.plan(source=str(path)))
     read_in, other_dtype = ("bf16", "fp32") if model.dtype == torch.bfloat16 else ("fp32", "bf16")  # this CPU's
     with pytest.raises(LocretError, match=f"pass dtype {read_in}$"):
-        load_session(device="cpu", dtype=other_dtype).load(str(path))
+        load_session(device="cpu", dtype=other_dtype).open(str(path))
     torch.manual_seed(5)
     retrained = RetainingHeads.for_model(model, hidden=session.heads.hidden).eval()
-    stranger = Session(LoadedModel(model, session.loaded.tokenizer, "embedded", {}), retrained, "locret")
+    stranger = Session(LoadedModel(model, session.loaded.tokenizer, "embedded", {}), retrained)
     with pytest.raises(LocretError, match="other retaining heads"):
-        stranger.load(str(path))
-    headless = Session(LoadedModel(model, session.loaded.tokenizer, "embedded", {}), None, "locret")
-    assert headless.load(str(path)).ask(QUESTION).answer == "The gate code of the north depot is 4821."
+        stranger.open(str(path))
+    headless = Session(LoadedModel(model, session.loaded.tokenizer, "embedded", {}), None)
+    assert headless.open(str(path)).ask(QUESTION).answer == "The gate code of the north depot is 4821."

@@ -7,14 +7,13 @@ from __future__ import annotations
 from dataclasses import fields
 
 import pytest
-from conftest import tiny_model
+from helpers.models import tiny_model
 from typer.testing import CliRunner
 
 from locret_cli.cli import app
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.core.policies import POLICIES, make_policy
 from locret_cli.errors import SettingError
-from locret_cli.models.spec import ModelSpec
 from locret_cli.settings import DEFAULT_POLICY, AnswerSettings, ReadSettings, settings_json
 from recipes.settings_table import PAGE, with_table
 
@@ -80,6 +79,6 @@ def test_every_registered_policy_builds_under_its_own_name_and_the_default_is_on
     for name, policy in POLICIES.items():
         built = make_policy(name, model, heads)
         assert type(built) is policy and built.name == name
-    assert DEFAULT_POLICY in POLICIES and ModelSpec().checked().policy == DEFAULT_POLICY
+    assert DEFAULT_POLICY in POLICIES and ReadSettings().policy == DEFAULT_POLICY
     with pytest.raises(SettingError, match="needs retaining heads"):
         make_policy("locret", model)

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import COMMON, GEMMA3_WINDOW, byte_tokenizer, tiny_model
-from test_engine import chunks_of, random_ids
+from helpers.byte_tokenizers import byte_tokenizer
+from helpers.engines import chunks_of, random_ids
+from helpers.models import COMMON, GEMMA3_WINDOW, tiny_model
 from transformers import MistralConfig, MistralForCausalLM
 
 from locret_cli.api import Session
@@ -15,6 +16,7 @@ from locret_cli.core.engine import Engine
 from locret_cli.core.measure import plan_memory
 from locret_cli.core.policies import POLICIES, make_policy
 from locret_cli.errors import SettingError
+from locret_cli.inputs.prompt import PromptTokens
 from locret_cli.models.loading import LoadedModel
 from locret_cli.settings import AnswerSettings, ReadSettings
 
@@ -37,7 +39,7 @@ def reference(model, ids: list[int]):
 def read(model, policy: str, settings: ReadSettings, ids: list[int], **engine) -> Engine:
     policy = make_policy(policy, model)
     question = [9, 10] if policy.reads_question else None
-    engine = Engine(model, policy, settings, stop_ids={1}, question_ids=question, **engine)
+    engine = Engine(model, policy, settings, PromptTokens(stop_ids=frozenset({1})), question_ids=question, **engine)
     engine.read(chunks_of(ids, settings.chunk_size))
     return engine
 
@@ -94,20 +96,19 @@ def test_a_greedy_answer_equals_generate_and_sliding_layers_stay_bounded(gemma3)
 
 def test_lazy_prefill_is_refused_on_a_model_with_sliding_layers(gemma3):
     with pytest.raises(SettingError, match="sliding layers must see every token"):
-        Session(LoadedModel(gemma3, byte_tokenizer(), "tiny gemma3", {}), None, "streaming").read_settings(
-            budget=64, chunk_size=16, stabilizers=4, lazy_after=1)
+        Session(LoadedModel(gemma3, byte_tokenizer(), "tiny gemma3", {"policy": "streaming"}), None).plan(read={"budget": 64, "chunk_size": 16, "stabilizers": 4, "lazy_after": 1}).read
 
 
 @pytest.mark.parametrize("kv_bits", [16, 8])
 def test_a_saved_reading_of_a_sliding_model_round_trips(gemma3, tmp_path, kv_bits):
-    session = Session(LoadedModel(gemma3, byte_tokenizer(), "tiny gemma3", {}), None, "streaming")
+    session = Session(LoadedModel(gemma3, byte_tokenizer(), "tiny gemma3", {"policy": "streaming"}), None)
     document = tmp_path / "doc.txt"
     document.write_text("The gate code of the north depot is 4821. " * 12)
-    settings = ReadSettings(budget=48, chunk_size=32, stabilizers=8, kv_bits=kv_bits)
+    settings = ReadSettings(policy="streaming", budget=48, chunk_size=32, stabilizers=8, kv_bits=kv_bits)
     answering = AnswerSettings(max_new_tokens=8)
     reading = session.read(str(document), settings)
     save_reading(reading, tmp_path / "doc.locret")
-    loaded = session.load(str(tmp_path / "doc.locret"))
+    loaded = session.open(str(tmp_path / "doc.locret"))
     for original, restored in zip(reading.engine.cache.layers, loaded.engine.cache.layers):
         assert original.length == restored.length
         for name in LAYER_TENSORS:
@@ -120,11 +121,13 @@ def test_a_saved_reading_of_a_sliding_model_round_trips(gemma3, tmp_path, kv_bit
 def test_the_cache_is_reported_and_planned_per_kind_of_layer(gemma3, tmp_path):
     """Sliding layers peak at their window and one chunk (or question), whatever the document's length; `--json` says
     so per kind, and the memory plan counts them the same way."""
-    session = Session(LoadedModel(gemma3, byte_tokenizer(), "tiny gemma3", {}), None, "streaming")
+    session = Session(LoadedModel(gemma3, byte_tokenizer(), "tiny gemma3", {"policy": "streaming"}), None)
     document = tmp_path / "doc.txt"
     document.write_text("The gate code of the north depot is 4821. " * 12)
-    settings, chunk = ReadSettings(budget=48, chunk_size=64, stabilizers=8), 64  # a chunk longer than the question
+    chunk = 64  # longer than the question
+    settings = ReadSettings(policy="streaming", budget=48, chunk_size=chunk, stabilizers=8)
     result = session.ask(str(document), "What is the gate code?", settings, AnswerSettings(max_new_tokens=4))
+    cache = result.kv_cache
     kinds = result.to_json()["kv_cache"]["by_kind"]
     entry = 2 * (3 * 16 * 4 + 12)  # 2 KV heads: keys, values, unrotated keys (16 fp32); score, position, origin
     assert kinds["sliding"]["layers"] == 2 and kinds["global"]["layers"] == 1
@@ -132,9 +135,9 @@ def test_the_cache_is_reported_and_planned_per_kind_of_layer(gemma3, tmp_path):
     assert kinds["global"]["peak_bytes"] == (48 + chunk) * entry
     tokens = kinds["global"]["full_cache_bytes"] // (2 * 2 * 16 * 4)
     assert tokens > 400 and kinds["sliding"]["full_cache_bytes"] == 2 * GEMMA3_WINDOW * 2 * 2 * 16 * 4
-    assert result.full_cache_bytes == kinds["global"]["full_cache_bytes"] + kinds["sliding"]["full_cache_bytes"]
-    plan = plan_memory(gemma3, result.cache_peak_tokens, chunk, keys_move=True)
-    assert plan.cache_bytes == result.cache_peak_bytes == kinds["sliding"]["peak_bytes"] + kinds["global"]["peak_bytes"]
+    assert cache.full_cache_bytes == kinds["global"]["full_cache_bytes"] + kinds["sliding"]["full_cache_bytes"]
+    plan = plan_memory(gemma3, cache.peak_tokens, chunk, keys_move=True)
+    assert plan.cache_bytes == cache.peak_bytes == kinds["sliding"]["peak_bytes"] + kinds["global"]["peak_bytes"]
 
 
 def test_a_model_whose_every_layer_slides_reads_like_transformers_under_any_budget():

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_engine import TablePolicy, chunks_of, distinct_table, random_ids
+from helpers.engines import TablePolicy, chunks_of, distinct_table, random_ids
 
 from locret_cli.core.engine import Engine
 from locret_cli.core.policies import select
 from locret_cli.errors import SettingError
+from locret_cli.inputs.prompt import PromptTokens
 from locret_cli.settings import ReadSettings
 
 
@@ -47,7 +48,7 @@ def test_span_eviction_keeps_exactly_the_reference_blocks(llama, positions, pinn
     n, budget, chunk, stab, span = 64, 20, 8, 3, 4
     table = distinct_table(2, n)
     settings = ReadSettings(budget=budget, chunk_size=chunk, stabilizers=stab, positions=positions, span=span)
-    engine = Engine(llama, TablePolicy(table), settings, stop_ids={1}, pinned=pinned)
+    engine = Engine(llama, TablePolicy(table), settings, PromptTokens(stop_ids=frozenset({1}), pinned=pinned))
     for chunk_ids in chunks_of(random_ids(n), chunk):
         engine.prefill_chunk(chunk_ids.ids)
         reference = reference_kept(table, engine.seen, chunk, budget, stab, pinned, span)

@@ -6,12 +6,13 @@ import json
 
 import pytest
 import torch
-from conftest import tiny_model
-from test_engine import chunks_of, random_ids
+from helpers.engines import chunks_of, random_ids
+from helpers.models import tiny_model
 
 from locret_cli.core.engine import Engine
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.core.policies.locret import LocretPolicy
+from locret_cli.inputs.prompt import PromptTokens
 from locret_cli.runtime import dtype_probe, packed_linear
 from locret_cli.runtime.packed_linear import PACKED_ATTRIBUTE, pack_if_room, pack_linears, packable
 from locret_cli.settings import AnswerSettings, ReadSettings
@@ -21,11 +22,11 @@ needs_onednn = pytest.mark.skipif(not packable(torch.nn.Linear(2, 2).to(torch.bf
 
 
 def answer(model, heads) -> tuple[list[int], torch.Tensor]:
-    engine = Engine(model, LocretPolicy(heads), ReadSettings(budget=40, chunk_size=32, stabilizers=8), stop_ids=set(),
-                    answering=AnswerSettings(max_new_tokens=16))
+    engine = Engine(model, LocretPolicy(heads), ReadSettings(budget=40, chunk_size=32, stabilizers=8),
+                    PromptTokens(stop_ids=frozenset()), answering=AnswerSettings(max_new_tokens=16))
     engine.read(chunks_of(random_ids(160), 32))
     logits = engine.forward([3, 4, 5], score=False)
-    return engine.decode(engine.pick(logits))[0], logits
+    return engine.decode(engine.sampler.pick(logits))[0], logits
 
 
 @needs_onednn

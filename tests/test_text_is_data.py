@@ -8,14 +8,22 @@ from contextlib import contextmanager
 
 import pytest
 import torch
-from conftest import byte_tokenizer, llama31_chat_tokenizer, tiny_model
+from helpers.byte_tokenizers import byte_tokenizer, llama31_chat_tokenizer
+from helpers.models import tiny_model
 
 from locret_cli.api import Session
 from locret_cli.bench.generated import document_text
 from locret_cli.bench.synthetic import Fact
 from locret_cli.core.engine import Engine
 from locret_cli.core.policies import make_policy
-from locret_cli.inputs.prompt import build_prompt, end_of_turn_id, line_end_ids, prompt_layout, question_text
+from locret_cli.inputs.prompt import (
+    PromptTokens,
+    build_prompt,
+    end_of_turn_id,
+    line_end_ids,
+    prompt_layout,
+    question_text,
+)
 from locret_cli.inputs.tokenizer import SPECIAL_TOKENS
 from locret_cli.models.embedded import load_embedded
 from locret_cli.models.loading import LoadedModel
@@ -49,12 +57,12 @@ def ids_fed_to(model):
 @pytest.fixture(scope="module")
 def embedded_session():
     loaded, heads = load_embedded("cpu")
-    return Session(loaded, heads, "locret")
+    return Session(loaded, heads)
 
 
 def chat_session():
     model = tiny_model("llama")
-    return Session(LoadedModel(model, llama31_chat_tokenizer(), "tiny llama", {}), None, policy="streaming")
+    return Session(LoadedModel(model, llama31_chat_tokenizer(), "tiny llama", {"policy": "streaming"}), None)
 
 
 @pytest.mark.parametrize("which", ["embedded tiktoken", "transformers with a Jinja template"])
@@ -65,7 +73,7 @@ def test_special_token_strings_in_a_document_reach_the_model_as_text(which, embe
     document = FILLER * 3 + " ".join(strings) + " The gate code is 4821. " + "".join(strings) + FILLER
     (tmp_path / "doc.txt").write_text(document)
     question = "What is the gate code? " + strings[-1]
-    settings = ReadSettings(budget=4096, chunk_size=64, stabilizers=8)
+    settings = {"budget": 4096, "chunk_size": 64, "stabilizers": 8}  # with each session's own policy
     answering = AnswerSettings(max_new_tokens=1)  # one token: nothing fed back
     with ids_fed_to(session.loaded.model) as fed:
         session.ask(str(tmp_path / "doc.txt"), question, settings, answering)
@@ -157,7 +165,7 @@ def test_a_base_models_answer_is_the_line_after_answer_and_a_chat_models_is_not_
     assert set(newline) <= ends and all("\n" in base.decode([i]) for i in ends)
     a, b = text_ids(base, "a")[0], text_ids(base, "b")[0]
     scripted = iter([a, b, newline[0], a])
-    engine = Engine(tiny_model("llama"), make_policy("full", tiny_model("llama")), ReadSettings(), stop_ids={1},
-                    line_ends=ends, answering=AnswerSettings(max_new_tokens=10))
+    engine = Engine(tiny_model("llama"), make_policy("full", tiny_model("llama")), ReadSettings(),
+                    PromptTokens(stop_ids=frozenset({1}), line_ends=ends), answering=AnswerSettings(max_new_tokens=10))
     engine.forward = lambda ids, score: torch.nn.functional.one_hot(torch.tensor(next(scripted)), 300).float()
     assert engine.decode(newline[0]) == ([newline[0], a, b], 3)

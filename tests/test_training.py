@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from conftest import save_model_dir, tiny_model
+from helpers.models import save_model_dir, tiny_model
 from typer.testing import CliRunner
 
 from locret_cli.cli import app

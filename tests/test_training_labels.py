@@ -7,7 +7,7 @@ import importlib
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import tiny_model
+from helpers.models import tiny_model
 
 from locret_cli.training import labels as labels_module
 from locret_cli.training import trainer as trainer_module

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import tiny_model
+from helpers.models import tiny_model
 
 from locret_cli.core import transformers_internals as seam
 from locret_cli.errors import LocretError

@@ -20,7 +20,7 @@ import argparse
 import random
 import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -100,7 +100,7 @@ def evaluate(loaded, heads, lengths: list[tuple[int, str | None]], policies: lis
             spans = statement_spans(tokenizer, prefix, text, facts, settings.chunk_size)
             for policy_name in ([only] if only else policies):
                 started = time.perf_counter()
-                session = Session(loaded, heads, policy_name)
+                session = Session(replace(loaded, defaults={**loaded.defaults, "policy": policy_name}), heads)
                 policy = None
                 if policy_name == "oracle":
                     policy = label_oracle(model, tokenizer, prefix, text, facts)

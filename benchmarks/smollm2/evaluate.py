@@ -8,7 +8,7 @@ there, so a long run resumes where it stopped.
 
     python -m benchmarks.smollm2.evaluate --prose-packages runs/prose-packages --out runs/smollm2/dev.jsonl \\
         --runs 4000:full,4000:locret,32000:locret,128000:locret,32000:streaming ...
-    python -m benchmarks.smollm2.evaluate --out runs/smollm2/dev.jsonl --report    # the tables in docs/real-models.md
+    python -m benchmarks.smollm2.evaluate --out runs/smollm2/dev.jsonl --report    # docs/measurements/smollm2.md
     python -m benchmarks.smollm2.evaluate --prose-packages runs/prose-packages --write 128000:0:dev-128k.txt
 
 Policies: full, locret (the shipped heads), locret-untrained (fresh heads, seed 0: the control), streaming, snapkv,
@@ -24,7 +24,7 @@ import statistics
 import tempfile
 import time
 from collections import defaultdict
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
@@ -54,8 +54,9 @@ def policy_session(session: Session, policy: str) -> Session:
     if policy == "locret-untrained":
         torch.manual_seed(0)
         heads = RetainingHeads.for_model(session.loaded.model, session.heads.hidden).eval()
-        return Session(session.loaded, heads, "locret")
-    return Session(session.loaded, session.heads, policy.removesuffix("-each"))
+        return Session(session.loaded, heads)
+    loaded = session.loaded
+    return Session(replace(loaded, defaults={**loaded.defaults, "policy": policy.removesuffix("-each")}), session.heads)
 
 
 def readings(runner: Session, path: str, settings, policy: str, questions: list[str], defer: bool = False):
@@ -75,7 +76,7 @@ def run(session: Session, length: int, policy: str, paragraphs: list[str], out: 
         answer: dict, documents_limit: int | None = None, defer: bool = False) -> None:
     done = {(r["length"], r["policy"], r["document"]) for r in read_rows(out)}
     runner = policy_session(session, policy)
-    settings, answering = runner.read_settings(**overrides), runner.answer_settings(max_new_tokens=32, **answer)
+    settings, answering = runner.plan(read={**overrides}).read, runner.plan(answer={"max_new_tokens": 32, **answer}).answer
     for index, document in enumerate(dev_documents(paragraphs, length)[:documents_limit]):
         if (length, policy, index) in done:
             continue
@@ -93,11 +94,11 @@ def run(session: Session, length: int, policy: str, paragraphs: list[str], out: 
                          "settings": asdict(settings), "answering": asdict(answering),
                          "reread": None if result.windows is None else [w.to_json() for w in result.windows],
                          "read_for": list(result.read_for),
-                         "read_s": result.read_s, "holds_document": result.holds_document,
+                         "read_s": result.speed.read_s, "holds_document": result.kv_cache.holds_document,
                          "pruned_tokens": reading.engine.pruned_tokens,
-                         "time_to_first_token_s": result.time_to_first_token_s,
-                         "decode_tokens_per_s": result.decode_tokens_per_s,
-                         "memory_peak_bytes": result.memory_peak_bytes, "finished_at": time.time()})
+                         "time_to_first_token_s": result.speed.time_to_first_token_s,
+                         "decode_tokens_per_s": result.speed.decode_tokens_per_s,
+                         "memory_peak_bytes": result.memory.peak_bytes, "finished_at": time.time()})
         Path(f.name).unlink()
         with out.open("a") as log:
             log.writelines(json.dumps(row) + "\n" for row in rows)

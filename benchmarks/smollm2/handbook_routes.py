@@ -31,15 +31,15 @@ def main() -> None:
 
     questions = [json.loads(line) for line in args.questions.read_text().splitlines() if line.strip()]
     session = load_session("smollm2", reader=args.reader)
-    reading = session.load(args.saved)
+    reading = session.open(args.saved)
     right = dict.fromkeys(WAYS, 0)
     print("| question | expected | " + " | ".join(WAYS) + " |")
     print("|---|---|" + "---|" * len(WAYS))
     for item in questions:
         cells = []
         for way, (given, with_reader) in WAYS.items():
-            reading.engine.reader = session.reader if with_reader else None
-            result = reading.ask(item["question"], session.answer_settings(**given), sources=0)
+            reading.engine = reading.engine.with_reader(session.reader if with_reader else None)
+            result = reading.ask(item["question"], session.plan(answer={**given}).answer, sources=0)
             hit = contains_match(result.answer, item["answer"])
             right[way] += hit
             cells.append(f"{'✓' if hit else '✗'} {result.answer} ({result.route})")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from locret_cli.api.routes import Drafted, ReadDocument
+from locret_cli.api.routes import DraftAnswer, ReadDocument
 from locret_cli.checks.grounding import REFUSAL, Grounding, ground
 from locret_cli.inputs.sources import Source, answer_first
 from locret_cli.models.loading import QuestionForms
@@ -31,10 +31,10 @@ class Checked:
     restated_from: str | None = None
 
 
-def check_answer(document: ReadDocument, question: str, drafted: Drafted, sources: int) -> Checked:
+def check_answer(document: ReadDocument, question: str, drafted: DraftAnswer, sources: int) -> Checked:
     """`drafted`'s answer to `question`, grounded in the document's text (when its tokens are at hand), restated or
     withheld as the model's forms and strict mode say, with its sources ordered (`sources` > 0) or None."""
-    generation, answering, forms = drafted.generation, drafted.engine.answering, document.forms
+    generation, answering, forms = drafted.generation, drafted.engine.answering, document.question_forms
     answer = document.tokenizer.decode(generation.token_ids, skip_special_tokens=True).strip()
     cut = len(generation.token_ids) >= answering.max_new_tokens
     text = document.text() if document.input_ids is not None else None

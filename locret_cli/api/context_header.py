@@ -1,4 +1,5 @@
-"""The JSON header of a `.locret` file (`saved_context.py`): the fields it must hold, and the digest that covers it.
+"""The JSON header of a `.locret` file (`saved_context.py`): the fields it must hold, the digest that covers it, and
+`read_header`, which reads and checks it without loading the file's tensors.
 
 `header_sha256` is the SHA-256 of the header's canonical JSON (keys sorted, no spaces, that field left out). The
 header holds `tensors_sha256`, the digest of every tensor, so the one digest covers the header and the tensors: a
@@ -11,11 +12,27 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import fields
+from pathlib import Path
 
+from safetensors import SafetensorError, safe_open
+
+from locret_cli import __version__
 from locret_cli.errors import InputError, SettingError
-from locret_cli.models.file_checks import MODEL_SHAPE, checked, list_of, maybe, number, one_of, record, text, whole
-from locret_cli.settings import POLICY_NAMES, ReadSettings
+from locret_cli.models.file_checks import (
+    MODEL_SHAPE,
+    checked,
+    list_of,
+    maybe,
+    number,
+    one_of,
+    plain,
+    record,
+    text,
+    whole,
+)
+from locret_cli.settings import ReadSettings
 
+FORMAT, VERSION = "locret-context", 3
 DIGEST = "header_sha256"
 ENGINE_COUNTS = ("seen", "document_tokens", "kept_tokens", "peak_tokens", "peak_bytes")
 SETTING_CHECKS = {"int": whole(None), "float": number(), "str": text}  # by annotation; the bounds come after
@@ -24,7 +41,6 @@ HEADER_FIELDS = record({
     "model": record({"name": text, "shape": MODEL_SHAPE, "dtype": text, "weights_sha256": text}),
     "tokenizer": record({"vocab_size": whole(1), "sha256": text}),
     "heads": maybe(record({"sha256": text})),
-    "policy": one_of(*POLICY_NAMES),
     "settings": record({spec.name: SETTING_CHECKS[spec.type] for spec in fields(ReadSettings)}),
     "prefix_ids": list_of(whole()),
     "engine": record({name: whole() for name in ENGINE_COUNTS}),
@@ -71,3 +87,26 @@ def check_fields(header: dict, path) -> None:
         raise InputError(f"{bad}: its counts disagree ({len(prefix)} prompt tokens, {counts})")
     if any(token >= header["tokenizer"]["vocab_size"] for token in prefix):
         raise InputError(f"{bad}: its prompt ids pass its tokenizer's vocabulary")
+
+
+def read_header(path: str | Path) -> dict:
+    """The JSON header of a `.locret` file, checked for format and version, then against its digest, then field by
+    field (`context_header.py`); one-line LocretError otherwise."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"no such file: {path}")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            header = json.loads((f.metadata() or {})["locret"])
+    except (SafetensorError, OSError, KeyError, ValueError, RecursionError) as exc:
+        raise InputError(f"{path} is not a readable .locret file (truncated or corrupted: "
+                          f"{type(exc).__name__})") from None
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        raise InputError(f"{path} is not a locret saved context")
+    if header.get("version") != VERSION:
+        raise InputError(f"{path} was written by locret {plain(header.get('locret', '?'))} in context format "
+                          f"{plain(header.get('version'))}; this locret ({__version__}) reads format {VERSION}: read "
+                          "the document again with `locret read`")
+    check_digest(header, path)
+    check_fields(header, path)
+    return header

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 
-from locret_cli.core.engine import QUESTION_ALLOWANCE
+from locret_cli.api.plan import QUESTION_ALLOWANCE
 from locret_cli.core.measure import plan_memory
 from locret_cli.errors import LocretError, SettingError
 from locret_cli.inputs.prompt import conversation_ids

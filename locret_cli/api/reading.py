@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from locret_cli.api.answer import AskResult, DocumentInfo
+from locret_cli.api.answer import AnswerGrounding, AskResult, CacheUse, ContextOrigin, DocumentInfo, MemoryUse, Speed
 from locret_cli.api.answer_checks import Checked, check_answer
 from locret_cli.api.pending_read import PendingRead, sized
 from locret_cli.api.question_room import check_positions, check_prefill_fits
-from locret_cli.api.routes import Drafted, ReadDocument, Turn, route_for
+from locret_cli.api.routes import DraftAnswer, ReadDocument, Turn, route_for
 from locret_cli.checks.grounding import DocumentText
 from locret_cli.core.answer.citations import kept_per_unit
 from locret_cli.core.engine import Engine, Progress
@@ -60,18 +60,19 @@ class Reading:
     loaded_from: str | None = None
     warnings: list[str | LocretError] = field(default_factory=list)  # a SettingError names its settings by `render`
     compute: str = ""  # how the model computes (`Session.ready_to_compute`)
-    forms: QuestionForms | None = None  # the question forms a model was trained on, and its "not stated" reply
+    question_forms: QuestionForms | None = None  # the question forms a model was trained on, and its "not stated" reply
     input_ids: torch.Tensor | None = None  # (tokens,) every token read, prompt head first: what re-reading reads
     read_for: tuple[str, ...] = ()  # the questions that steered the read (finch); empty: question-agnostic
     pending: PendingRead | None = None  # the bounded read, when it has not run yet (`read_now`)
-    read_cut: bool = False  # a pending read was stopped part-way: the cache holds part of the document
+    read_stopped: bool = False  # a pending read was stopped part-way: the cache holds part of the document
     _text: DocumentText | None = field(default=None, repr=False)  # `document_text()`, once built
+    _numbers: DocumentNumbers | None = field(default=None, repr=False)  # `document_numbers()`, once built
 
     def read_now(self, on_progress: Callable[[Progress], None] | None = None) -> None:
         """Run the bounded read left pending by `Session.read(defer=True)`, once; nothing when it has run. Refuses
         (LocretError) once such a read was stopped part-way (Ctrl-C in a chat): its cache holds part of the
         document."""
-        if self.read_cut:
+        if self.read_stopped:
             raise LocretError("the document's bounded read was stopped part-way; open the document again")
         if self.pending is None:
             return
@@ -79,7 +80,7 @@ class Reading:
         try:
             self.engine.read(self.pending.chunks(self.input_ids), sized(on_progress, *self.document.extent()))
         except BaseException:
-            self.read_cut = True
+            self.read_stopped = True
             raise
         self.pending = None
         took = self.engine.clock() - started
@@ -89,7 +90,7 @@ class Reading:
     def answer_warnings(self, question: str, answering: AnswerSettings | None = None) -> list[str]:
         """Warnings about answering `question` with `answering` (None: the recorded settings): a question the model
         was not trained to answer (embedded model), or a setting this Reading cannot honour."""
-        warning = self.forms.warning(question) if self.forms else None
+        warning = self.question_forms.warning(question) if self.question_forms else None
         warnings = [warning] if warning else []
         if (answering or self.answering).numbers_from_document and self.input_ids is None:
             warnings.append(NUMBERS_NEED_TOKENS)
@@ -122,9 +123,9 @@ class Reading:
         `on_read` (so a caller's progress bar opens only then)."""
         check_question(question)
         chosen = answering or self.answering
-        if chosen.numbers_from_document and self.engine.numbers is None and self.input_ids is not None:
-            self.engine.numbers = DocumentNumbers.of(self.document_text().where, NumberTokens.of(self.tokenizer))
-        turn = Turn(question, conversation_ids(self.tokenizer, history, question), chosen, sources, on_token, on_read)
+        numbers = self.document_numbers() if chosen.numbers_from_document else None
+        turn = Turn(question, conversation_ids(self.tokenizer, history, question), chosen, sources, on_token, on_read,
+                    numbers)
         self.check_room(question, len(turn.question_ids), chosen)
         document = self.view()
         drafted = route_for(chosen).answer(document, turn)
@@ -133,7 +134,7 @@ class Reading:
     def check_room(self, question: str, tokens: int, answering: AnswerSettings) -> None:
         """Refuse, in one line, a `question` of `tokens` that passes the model's positions after this cache, or whose
         prefill would not fit in free memory (`question_room.py`): before a pending read runs."""
-        evicts = POLICIES[self.policy_name].evicts
+        evicts = POLICIES[self.settings.policy].evicts
         cached = self.engine.cache.length() if self.pending is None else \
             min(self.settings.budget, len(self.input_ids)) if evicts else len(self.input_ids)
         kept = cached if evicts and self.settings.positions == "compact" else 0
@@ -142,13 +143,13 @@ class Reading:
 
     def view(self) -> ReadDocument:
         """What the routes and the answer's checks see of this reading."""
-        return ReadDocument(self.engine, self.tokenizer, self.input_ids, self.source_map, self.forms,
+        return ReadDocument(self.engine, self.tokenizer, self.input_ids, self.source_map, self.question_forms,
                             self.document_text, self.read_now)
 
-    def _result(self, turn: Turn, drafted: Drafted, checked: Checked) -> AskResult:
+    def _result(self, turn: Turn, drafted: DraftAnswer, checked: Checked) -> AskResult:
         generation, engine = drafted.generation, drafted.engine
         answer_s = generation.time_to_first_token_s + generation.decode_s
-        memory, memory_device = peak_memory(engine.model.device)
+        memory = MemoryUse(*peak_memory(engine.model.device))
         read_tokens = 0 if self.loaded_from or self.pending else self.engine.document_tokens
         read_tokens += drafted.tokens_read
         all_tokens = len(self.prefix_ids) + self.document.tokens + len(turn.question_ids) + len(generation.token_ids)
@@ -157,44 +158,40 @@ class Reading:
             answer=checked.answer,
             sources=checked.sources,
             model=self.model_name,
-            policy=self.policy_name,
-            route=drafted.route,
+            document=self.document,
+            context=ContextOrigin(self.loaded_from),
             settings=self.settings,
             answering=engine.answering,
-            document=self.document,
-            holds_document=self.pending is None,
-            cache_kept_tokens=self.kept_tokens,
-            lazy_pruned_tokens=self.engine.pruned_tokens,
-            cache_peak_tokens=max(self.engine.cache.peak_tokens, engine.cache.peak_tokens),
-            cache_peak_bytes=max(self.engine.cache.peak_bytes, engine.cache.peak_bytes),
-            full_cache_bytes=full_cache_bytes(engine.model, all_tokens),
-            cache_by_kind=cache_by_kind(engine.model, (self.engine.cache, engine.cache), all_tokens),
-            memory_peak_bytes=memory,
-            memory_device=memory_device,
-            read_s=self.read_s,
-            loaded_from=self.loaded_from,
-            answer_s=answer_s,
-            decode_s=generation.decode_s,
-            decode_steps=generation.decode_steps,
-            prefill_tokens_per_s=(read_tokens + len(turn.question_ids)) /
-            (self.read_s + generation.time_to_first_token_s),
-            decode_tokens_per_s=generation.decode_steps / generation.decode_s if generation.decode_steps else None,
-            time_to_first_token_s=self.read_s + generation.time_to_first_token_s,
-            total_s=self.read_s + answer_s,
-            warnings=[str(w) for w in self.warnings] + self.answer_warnings(turn.question, turn.answering),
-            compute=self.compute,
-            windows=drafted.windows,
+            policy=self.settings.policy,
             read_for=self.read_for,
-            grounding=checked.grounding,
-            withheld=checked.withheld,
-            restated_from=checked.restated_from,
+            route=drafted.route,
             reader=None if engine.reader is None else engine.reader.source,
+            grounding=AnswerGrounding(checked.grounding, checked.withheld, checked.restated_from),
+            kv_cache=CacheUse(
+                holds_document=self.pending is None,
+                kept_tokens=self.kept_tokens,
+                lazy_pruned_tokens=self.engine.pruned_tokens,
+                peak_tokens=max(self.engine.cache.peak_tokens, engine.cache.peak_tokens),
+                peak_bytes=max(self.engine.cache.peak_bytes, engine.cache.peak_bytes),
+                full_cache_bytes=full_cache_bytes(engine.model, all_tokens),
+                by_kind=cache_by_kind(engine.model, (self.engine.cache, engine.cache), all_tokens),
+            ),
+            memory=memory,
+            speed=Speed(
+                read_s=self.read_s,
+                answer_s=answer_s,
+                decode_s=generation.decode_s,
+                decode_steps=generation.decode_steps,
+                prefill_tokens_per_s=(read_tokens + len(turn.question_ids)) /
+                (self.read_s + generation.time_to_first_token_s),
+                decode_tokens_per_s=generation.decode_steps / generation.decode_s if generation.decode_steps else None,
+                time_to_first_token_s=self.read_s + generation.time_to_first_token_s,
+                total_s=self.read_s + answer_s,
+                compute=self.compute,
+            ),
+            windows=drafted.windows,
+            warnings=[str(w) for w in self.warnings] + self.answer_warnings(turn.question, turn.answering),
         )
-
-    @property
-    def policy_name(self) -> str:
-        """The eviction policy the document was read with."""
-        return self.engine.policy.name
 
     @property
     def kept_tokens(self) -> int:
@@ -209,6 +206,13 @@ class Reading:
             texts = [self.tokenizer.decode(ids[a:b], skip_special_tokens=True) for a, b in zip(starts, ends)]
             self._text = DocumentText(texts, self.source_map.labels())
         return self._text
+
+    def document_numbers(self) -> DocumentNumbers | None:
+        """The numbers the document holds, as `numbers_from_document` keeps answers to them; built once. None for a
+        context saved without its tokens."""
+        if self._numbers is None and self.input_ids is not None:
+            self._numbers = DocumentNumbers.of(self.document_text().where, NumberTokens.of(self.tokenizer))
+        return self._numbers
 
     def kept_map(self) -> tuple[list[str], list[float]]:
         """Each page or line range of the document, and how many of its entries the cache kept (averaged over

@@ -22,11 +22,12 @@ from typing import ClassVar
 
 import torch
 
-from locret_cli.api.reread import Window, answer_from_windows
 from locret_cli.checks.grounding import DocumentText, ground
 from locret_cli.core.answer.citations import AttentionTally
+from locret_cli.core.answer.reread import Window, answer_from_windows
 from locret_cli.core.engine import Engine, Generation, Progress
 from locret_cli.errors import SettingError
+from locret_cli.inputs.document_numbers import DocumentNumbers
 from locret_cli.inputs.sources import Source, SourceMap
 from locret_cli.models.loading import QuestionForms
 from locret_cli.settings import AnswerSettings
@@ -43,7 +44,7 @@ class ReadDocument:
     tokenizer: object
     input_ids: torch.Tensor | None
     source_map: SourceMap
-    forms: QuestionForms | None
+    question_forms: QuestionForms | None
     text: Callable[[], DocumentText]
     read_now: Callable[[Callable[[Progress], None] | None], None]
 
@@ -51,7 +52,8 @@ class ReadDocument:
 @dataclass
 class Turn:
     """One question to answer: its text, its ids in the chat layout (after any earlier turns), the settings, how many
-    sources to name, and who hears the answer's tokens and a pending read's progress."""
+    sources to name, who hears the answer's tokens and a pending read's progress, and the document's numbers (for
+    `numbers_from_document`; None: any number)."""
 
     question: str
     question_ids: list[int]
@@ -59,10 +61,11 @@ class Turn:
     sources: int
     on_token: Callable[[int], None] | None = None
     on_read: Callable[[Progress], None] | None = None
+    numbers: DocumentNumbers | None = None
 
 
 @dataclass
-class Drafted:
+class DraftAnswer:
     """What a route produced, before the answer is checked: the generation, the engine that answered (a fork of the
     reading's, or one over re-read windows), the sources it cited (None: not computed), the windows read again
     (None: none), the tokens it read itself, and the route that answered."""
@@ -80,7 +83,7 @@ class Route:
 
     name: ClassVar[str]
 
-    def answer(self, document: ReadDocument, turn: Turn) -> Drafted:
+    def answer(self, document: ReadDocument, turn: Turn) -> DraftAnswer:
         raise NotImplementedError
 
 
@@ -90,13 +93,13 @@ class BoundedCache(Route):
 
     name = "bounded-cache"
 
-    def answer(self, document: ReadDocument, turn: Turn) -> Drafted:
+    def answer(self, document: ReadDocument, turn: Turn) -> DraftAnswer:
         document.read_now(turn.on_read)
         engine = document.engine.fork(turn.answering)
         tally = AttentionTally(len(engine.cache.layers), document.engine.kept_tokens) if turn.sources > 0 else None
-        generation = engine.answer(turn.question_ids, on_token=turn.on_token, tally=tally)
+        generation = engine.answer(turn.question_ids, on_token=turn.on_token, tally=tally, numbers=turn.numbers)
         cited = tally.sources(document.engine.cache, engine.cache, document.source_map, turn.sources) if tally else None
-        return Drafted(generation, engine, cited, None, 0, self.name)
+        return DraftAnswer(generation, engine, cited, None, 0, self.name)
 
 
 class LocatedWindows(Route):
@@ -105,26 +108,26 @@ class LocatedWindows(Route):
 
     name = "windows"
 
-    def answer(self, document: ReadDocument, turn: Turn) -> Drafted:
+    def answer(self, document: ReadDocument, turn: Turn) -> DraftAnswer:
         if document.input_ids is None:
             raise SettingError("{reread} needs the document's tokens, which this context was saved without: read the "
                                "document again")
         if turn.answering.locate != "words":
             document.read_now(turn.on_read)
-        wanted = FALLBACK_LEVELS.get(turn.answering.fallback, 0)  # how well the windows' answer must hold up
-        checks = wanted > 0
+        required = FALLBACK_LEVELS.get(turn.answering.fallback, 0)  # how well the windows' answer must be grounded
+        checks = required > 0
         second = answer_from_windows(document.engine, document.tokenizer, document.input_ids, document.source_map,
                                      turn.question, turn.question_ids, turn.answering, turn.sources,
-                                     None if checks else turn.on_token)
+                                     None if checks else turn.on_token, turn.numbers)
         if second is None:
             return BoundedCache().answer(document, turn)
         second.generation.time_to_first_token_s += second.extra_s
-        drafted = Drafted(second.generation, second.engine, second.sources, second.windows,
+        drafted = DraftAnswer(second.generation, second.engine, second.sources, second.windows,
                           second.engine.document_tokens, self.name)
-        held = how_document_holds(document, turn.question, drafted) if checks else 0
-        if held < wanted:
+        grounded = how_document_holds(document, turn.question, drafted) if checks else 0
+        if grounded < required:
             cached = BoundedCache().answer(document, replace(turn, on_token=None))
-            if how_document_holds(document, turn.question, cached) > held:
+            if how_document_holds(document, turn.question, cached) > grounded:
                 spent = second.generation.time_to_first_token_s + second.generation.decode_s
                 cached.generation.time_to_first_token_s += spent
                 cached.windows, cached.tokens_read = drafted.windows, drafted.tokens_read
@@ -138,14 +141,11 @@ class LocatedWindows(Route):
 FALLBACK_LEVELS = {"unspecific": 1, "unstated": 2}  # `--fallback`: the level below which the bounded cache answers too
 
 
-def how_document_holds(document: ReadDocument, question: str, drafted: Drafted) -> int:
+def how_document_holds(document: ReadDocument, question: str, drafted: DraftAnswer) -> int:
     """2 where `drafted`'s answer is stated in the document (its specific content in a sentence naming all that the
     question names), 1 where the document holds that content near what the question names, else 0."""
     answer = document.tokenizer.decode(drafted.generation.token_ids, skip_special_tokens=True)
     return ground(question, answer, document.text()).level
-
-
-ROUTES: dict[str, type[Route]] = {route.name: route for route in (BoundedCache, LocatedWindows)}
 
 
 def route_for(answering: AnswerSettings) -> Route:

@@ -17,12 +17,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from locret_cli import __version__
 from locret_cli.api.answer import DocumentInfo
-from locret_cli.api.context_header import DIGEST, check_digest, check_fields, header_digest
+from locret_cli.api.context_header import DIGEST, FORMAT, VERSION, header_digest, read_header
+from locret_cli.api.plan import Plan
 from locret_cli.api.reading import Reading
 from locret_cli.core.cache.bounded import FIELDS
 from locret_cli.core.cache.quantized import parts
@@ -30,13 +30,10 @@ from locret_cli.core.engine import Engine
 from locret_cli.core.policies import Policy
 from locret_cli.errors import InputError, LocretError, SettingError
 from locret_cli.files import CONTEXT_SUFFIX, check_output, replacing
-from locret_cli.inputs.prompt import line_end_ids, stop_token_ids, word_ids
 from locret_cli.inputs.sources import SourceMap
-from locret_cli.models.file_checks import plain, read_tensors
+from locret_cli.models.file_checks import read_tensors
 from locret_cli.models.fingerprint import heads_fingerprint, model_identity, tokenizer_fingerprint
-from locret_cli.settings import AnswerSettings, ReadSettings
 
-FORMAT, VERSION = "locret-context", 2
 LAYER_TENSORS = FIELDS  # what each layer saves; unrotated keys are turned back again if the loaded keys ever move
 UNIT_TENSORS = ("starts", "first", "last")
 INPUT_IDS = "document.ids"  # every token read, for re-reading windows of it; absent where the reading had none
@@ -87,12 +84,9 @@ def save_reading(reading: Reading, path: str | Path, heads=None, force: bool = F
         "model": {"name": reading.model_name, **model_identity(engine.model)},
         "tokenizer": tokenizer_fingerprint(reading.tokenizer),
         "heads": heads_fingerprint(heads),
-        "policy": engine.policy.name,
         "settings": asdict(engine.settings),
         "prefix_ids": reading.prefix_ids,
-        "engine": {"seen": engine.seen, "document_tokens": engine.document_tokens,
-                   "kept_tokens": engine.kept_tokens, "peak_tokens": engine.cache.peak_tokens,
-                   "peak_bytes": engine.cache.peak_bytes},
+        "engine": engine.saved_state(),
         "document": reading.document.to_json(),
         "units": reading.source_map.kind,
         "tensors_sha256": tensors_digest(tensors),
@@ -108,67 +102,39 @@ def save_reading(reading: Reading, path: str | Path, heads=None, force: bool = F
     return SavedContext(str(path), size, entries, size / max(entries * heads_total, 1))
 
 
-def read_header(path: str | Path) -> dict:
-    """The JSON header of a `.locret` file, checked for format and version, then against its digest, then field by
-    field (`context_header.py`); one-line LocretError otherwise."""
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"no such file: {path}")
-    try:
-        with safe_open(str(path), framework="pt") as f:
-            header = json.loads((f.metadata() or {})["locret"])
-    except (SafetensorError, OSError, KeyError, ValueError, RecursionError) as exc:
-        raise InputError(f"{path} is not a readable .locret file (truncated or corrupted: "
-                          f"{type(exc).__name__})") from None
-    if not isinstance(header, dict) or header.get("format") != FORMAT:
-        raise InputError(f"{path} is not a locret saved context")
-    if header.get("version") != VERSION:
-        raise InputError(f"{path} was written by locret {plain(header.get('locret', '?'))} in context format "
-                          f"{plain(header.get('version'))}; this locret ({__version__}) reads format {VERSION}: read "
-                          "the document again with `locret read`")
-    check_digest(header, path)
-    check_fields(header, path)
-    return header
+def load_reading(path: str | Path, session, plan: Plan) -> Reading:
+    """The Reading saved at `path`, on the `session` model's device, answering with `plan`'s answer settings (its read
+    settings are the file's). Refuses, in one line, a file for another model, tokenizer or heads, and one whose
+    tensors do not match their checksum."""
+    from locret_cli.api.engines import build_engine
 
-
-def load_reading(path: str | Path, model, tokenizer, model_name: str, heads=None,
-                 answering: AnswerSettings = AnswerSettings()) -> Reading:
-    """The Reading saved at `path`, on `model`'s device. Refuses, in one line, a file for another model, tokenizer
-    or heads, and one whose tensors do not match their checksum."""
     started = time.perf_counter()
     header = read_header(path)
-    check_matches(header, model, tokenizer, heads, path)
+    loaded = session.loaded
+    check_matches(header, loaded.model, loaded.tokenizer, session.heads, path)
     tensors = read_tensors(Path(path))
     if tensors_digest(tensors) != header["tensors_sha256"]:
         raise InputError(f"{path} is corrupted: its tensors do not match the checksum written with them")
-    settings = ReadSettings(**header["settings"])
-    engine = Engine(model, SavedPolicy(header["policy"]), settings, stop_token_ids(model, tokenizer),
-                    len(header["prefix_ids"]), answering, line_ends=line_end_ids(tokenizer),
-                    words=word_ids(tokenizer))
+    engine = build_engine(loaded.model, plan, SavedPolicy(plan.read.policy), session.reader)
     try:
-        restore_cache(engine, tensors, header)
+        engine.restore(layer_tensors(engine, tensors), tensors["frequencies"].to(engine.device), header["engine"])
         source_map = SourceMap(header["units"], *(tensors[f"units.{n}"].tolist() for n in UNIT_TENSORS))
     except (KeyError, IndexError, RuntimeError, ValueError) as exc:
         raise InputError(f"{path} is not a readable .locret file (missing or misshapen tensors: {exc})") from None
-    return Reading(engine, tokenizer, model_name, list(header["prefix_ids"]), source_map,
+    return Reading(engine, loaded.tokenizer, loaded.name, list(header["prefix_ids"]), source_map,
                    DocumentInfo(**header["document"]), time.perf_counter() - started, loaded_from=str(path),
                    input_ids=tensors.get(INPUT_IDS), read_for=tuple(header.get("read_for", ())))
 
 
-def restore_cache(engine: Engine, tensors: dict[str, torch.Tensor], header: dict) -> None:
-    device, dtype = engine.device, engine.model.dtype
-    engine.cache.dtype = dtype
-    for i, layer in enumerate(engine.cache.layers):
-        loaded = {name: tensors[f"layers.{i}.{name}"].to(device) for name in layer_parts(engine.settings.kv_bits)}
-        layer.load({name: t.to(dtype) if name in ("keys", "values") and t.is_floating_point() else t
-                    for name, t in loaded.items()})
-    engine.cache.frequencies = tensors["frequencies"].to(device)
-    state = header["engine"]
-    engine.seen, engine.document_tokens, engine.kept_tokens = state["seen"], state["document_tokens"], \
-        state["kept_tokens"]
-    engine.cache.peak_tokens, engine.cache.peak_bytes = state["peak_tokens"], state["peak_bytes"]
-    if engine.cache.length() != engine.kept_tokens:
-        raise ValueError(f"{engine.cache.length()} entries per head, the header says {engine.kept_tokens}")
+def layer_tensors(engine: Engine, tensors: dict[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
+    """Each layer's saved cache tensors, on the engine's device, keys and values in the model's dtype."""
+    device, dtype, names = engine.device, engine.model.dtype, layer_parts(engine.settings.kv_bits)
+    layers = []
+    for i in range(len(engine.cache.layers)):
+        loaded = {name: tensors[f"layers.{i}.{name}"].to(device) for name in names}
+        layers.append({name: t.to(dtype) if name in ("keys", "values") and t.is_floating_point() else t
+                       for name, t in loaded.items()})
+    return layers
 
 
 def check_matches(header: dict, model, tokenizer, heads, path) -> None:

@@ -17,7 +17,7 @@ from locret_cli.batch.answer_log import row_key
 from locret_cli.batch.inputs import Job
 from locret_cli.errors import LocretError
 from locret_cli.models.spec import ModelSpec
-from locret_cli.settings import settings_json, split_given
+from locret_cli.settings import DEFAULT_POLICY, settings_json, split_given
 
 
 @dataclass
@@ -34,9 +34,14 @@ class WorkerSpec:
     def identity(self) -> dict:
         """What the answers depend on, as given: rows made under another identity are not this run's answers (a
         row's "run")."""
-        given = self.model
-        return {"model": given.model, "heads": given.heads, "policy": given.policy, "dtype": given.dtype,
-                "load_4bit": given.load_4bit, "load_8bit": given.load_8bit, **dict(sorted(self.settings.items()))}
+        given, settings = self.model, {k: v for k, v in sorted(self.settings.items()) if k != "policy"}
+        return {"model": given.model, "heads": given.heads, "policy": self.policy, "dtype": given.dtype,
+                "load_4bit": given.load_4bit, "load_8bit": given.load_8bit, **settings}
+
+    @property
+    def policy(self) -> str:
+        """The policy the documents are read with: the one given, else the default."""
+        return self.settings.get("policy") or DEFAULT_POLICY
 
 
 @dataclass
@@ -62,7 +67,7 @@ class DocumentWorker:
             torch.set_num_threads(spec.threads)
         quiet_libraries()
         self.spec = spec
-        self.session = load_session(spec.model)
+        self.session = load_session(spec.model, reads_with=spec.policy)
         self.read, self.given_answer = split_given(spec.settings)
         self.answering = self.session.plan(self.read, self.given_answer).answer
         self.sources = SOURCES_SHOWN if spec.sources else 0
@@ -119,14 +124,15 @@ def counted(on_tokens: Callable[[int], None]) -> Callable:
 
 
 def answer_row(job: Job, spec: WorkerSpec, question: str, worker: str, result) -> dict:
+    checked = result.grounding
     return row(job, spec, question, worker, answer=result.answer,
                sources=None if result.sources is None else [s.to_json() for s in result.sources],
                pages=result.document.pages, tokens=result.document.tokens, model=result.model, policy=result.policy,
                settings=settings_json(result.settings, result.answering),
-               timings={"read_s": round(result.read_s, 4), "answer_s": round(result.answer_s, 4),
-                        "loaded_from": result.loaded_from},
-               grounding=None if result.grounding is None else {**result.grounding.to_json(),
-                                                                "withheld": result.withheld})
+               timings={"read_s": round(result.speed.read_s, 4), "answer_s": round(result.speed.answer_s, 4),
+                        "loaded_from": result.context.loaded_from},
+               grounding=None if checked.verdict is None else {**checked.verdict.to_json(),
+                                                               "withheld": checked.withheld})
 
 
 def error_rows(job: Job, spec: WorkerSpec, error: str, worker: str | None,
@@ -139,7 +145,7 @@ def row(job: Job, spec: WorkerSpec, question: str, worker: str | None, **fields)
     """The one place a row's keys are listed (docs/batch.md); `fields` fills in what is known."""
     return {"key": row_key(job.document_id, question), "source": job.source, "source_sha256": job.sha256,
             "same_as": job.same_as, "question": question, "answer": None, "sources": None, "pages": None,
-            "tokens": None, "model": spec.model.model, "policy": spec.model.policy, "settings": None,
+            "tokens": None, "model": spec.model.model, "policy": spec.policy, "settings": None,
             "run": spec.identity(),
             "timings": None, "grounding": None, "worker": worker, "error": None, **fields}
 

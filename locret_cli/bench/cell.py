@@ -52,16 +52,17 @@ def run_cell(spec: CellSpec) -> dict:
     baseline = baseline_variant(spec.row, spec.rag_tokens) if is_baseline(spec.row) else None
     if baseline is not None and (reason := baseline.missing()):
         return {"skipped": reason, "model": None, "settings": baseline.settings()}
-    session = load_session(spec.model)
-    model, tokenizer = session.loaded.model, session.loaded.tokenizer
     read, answer = split_given(spec.settings)
-    settings, answering = session.read_settings(**read), session.answer_settings(**answer)
+    session = load_session(spec.model, reads_with=read.get("policy"))
+    model, tokenizer = session.loaded.model, session.loaded.tokenizer
     if baseline is not None:
-        answering = replace(answering, reread=0)  # one read of the chosen text: nothing read again
+        answer = {**answer, "reread": 0}  # one read of the chosen text: nothing read again
+    plan = session.plan(read, answer)
+    settings, answering = plan.read, plan.answer
     resolved = {**asdict(settings), **asdict(answering), **(baseline.settings() if baseline else {})}
     longest = baseline.tokens if baseline else spec.length
-    if spec.model.policy == "full" and longest is not None:
-        reason = full_cache_misfit(model, longest + 256 + answering.max_new_tokens, spec.memory_limit_bytes)
+    if not plan.evicts and longest is not None:
+        reason = full_cache_misfit(model, plan.cache_entries(longest), spec.memory_limit_bytes)
         if reason:
             return {"skipped": reason, "model": session.loaded.name, "settings": resolved}
     samples = data_samples(spec.data) if spec.data else generated_samples(spec.task, tokenizer, spec.length,
@@ -90,13 +91,14 @@ def run_cell(spec: CellSpec) -> dict:
                 by_kind.setdefault(question.kind, []).append(right[-1])
             if sample.depth is not None:
                 by_depth.setdefault(f"{sample.depth:.2f}", []).append(right[-1])
-            decode_s, decode_steps = decode_s + result.decode_s, decode_steps + result.decode_steps
-            prefill_s += result.answer_s - result.decode_s + (result.read_s if asked.new_read else 0.0)
-            kv_peak = max(kv_peak, result.cache_peak_bytes)
+            speed = result.speed
+            decode_s, decode_steps = decode_s + speed.decode_s, decode_steps + speed.decode_steps
+            prefill_s += speed.answer_s - speed.decode_s + (speed.read_s if asked.new_read else 0.0)
+            kv_peak = max(kv_peak, result.kv_cache.peak_bytes)
             read_tokens.append(result.document.tokens)
             if asked.first:
-                ttft.append(asked.before_s + result.time_to_first_token_s)
-                prefill.append(result.prefill_tokens_per_s)
+                ttft.append(asked.before_s + speed.time_to_first_token_s)
+                prefill.append(speed.prefill_tokens_per_s)
                 tokens.append(asked.document_tokens)
     measured_s = time.perf_counter() - started
     peak, peak_kind = peak_memory(model.device)

@@ -24,7 +24,7 @@ from locret_cli.bench.baselines import baseline_variant, is_baseline
 from locret_cli.bench.flops import matmul_rate, memory_rate
 from locret_cli.bench.rag import MIN_RAG_TOKENS, RAG_TOKENS
 from locret_cli.bench.tasks import NATURAL, TASKS, answer_tokens
-from locret_cli.core.policies import DEFAULT_POLICY, POLICY_NAMES
+from locret_cli.core.policies import POLICY_NAMES
 from locret_cli.errors import LocretError, SettingError
 from locret_cli.models.loading import resolve_device, resolve_dtype
 from locret_cli.models.spec import ModelSpec
@@ -62,12 +62,8 @@ class BenchConfig:
     def rows(self) -> list[str]:
         return [*self.policies, *self.baselines]
 
-    def model_spec(self, policy: str) -> ModelSpec:
-        """The model each cell of `policy` loads."""
-        return replace(self.model, policy=policy)
-
     def checked(self) -> "BenchConfig":
-        self.model_spec(DEFAULT_POLICY).checked()  # which model options combine (`ModelSpec.checked`)
+        self.model.checked()  # which model options combine (`ModelSpec.checked`)
         split_given(self.settings)  # only settings the schema declares
         unknown = [p for p in self.policies if row_variant(p)[0] not in POLICY_NAMES]
         if unknown or not self.rows:
@@ -163,10 +159,10 @@ def cell_spec(config: BenchConfig, task: str, length: int | None, row: str) -> d
     policy, changed = ("full", {}) if is_baseline(row) else row_variant(row)  # a baseline reads with a full cache
     model = {k: str(changed.pop(k)) for k in ROW_MODEL_FIELDS if k in changed}
     settings = {**config.settings, "max_new_tokens": config.settings.get("max_new_tokens") or answer_tokens(task),
-                **changed}
+                **changed, "policy": policy}
     limit = int(config.memory_limit_gb * 2**30) if config.memory_limit_gb else None
     return {"length": length, "task": task, "samples": config.samples, "settings": settings, "row": row,
-            "model": replace(config.model_spec(policy), **model).to_json(), "data": config.data,
+            "model": replace(config.model, **model).to_json(), "data": config.data,
             "memory_limit_bytes": limit, "rag_tokens": config.rag_tokens}
 
 

@@ -17,7 +17,7 @@ __all__ = ["app", "main"]
 def main() -> None:
     """Run the command, then move every object left (about 340,000 once torch and transformers are imported) out of
     the garbage collector's sight: otherwise Python's collections at exit walk them all, a noticeable share of a
-    short command's time (docs/performance.md, item 8 of "What makes it fast")."""
+    short command's time (docs/measurements/what-makes-it-fast.md, item 8)."""
     try:
         app()
     finally:

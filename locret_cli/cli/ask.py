@@ -58,13 +58,13 @@ def read(
     for message in reading.warnings:
         warn(err, message)
     if read_for and not reading.read_for:
-        warn(err, f"questions steer only --policy finch; {reading.policy_name} read the document question-agnostic")
+        warn(err, f"questions steer only --policy finch; {reading.settings.policy} read the document question-agnostic")
     saved = save_reading(reading, output, session.heads, force)
     if kept_map:
         draw_kept_map(reading, [], kept_map, force)
     if as_json:
         sys.stdout.write(json.dumps({**vars(saved), "document": reading.document.to_json(), "read_s": reading.read_s,
-                                     "model": reading.model_name, "policy": reading.policy_name,
+                                     "model": reading.model_name, "policy": reading.settings.policy,
                                      "settings": settings_json(reading.settings),
                                      "read_for": list(reading.read_for)}) + "\n")
     elif not quiet:
@@ -130,7 +130,7 @@ def ask(
         sys.stdout.write(json.dumps(document) + "\n")
     elif not as_jsonl:
         show_answers(results, out, err, quiet)
-    if any(result.withheld is not None for result in results):
+    if any(result.grounding.withheld is not None for result in results):
         raise typer.Exit(WITHHELD_EXIT)
 
 

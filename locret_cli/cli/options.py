@@ -29,8 +29,8 @@ def open_reading(source: str, spec, read: dict, answer: dict, err: Console, quie
                  encoding: Optional[str] = None, no_memory_check: bool = False, questions: Sequence[str] = (),
                  defer: bool = False, history_tokens: Optional[int] = None):
     """(session, reading, plan): the run's plan (`api/plan.py`) with the `spec` model and the settings given, and
-    `source` opened by it: a `.locret` file loaded (its policy and read settings are the file's: giving others is an
-    error), or a document read with a progress bar (for `questions` under a policy that reads with them; with
+    `source` opened by it: a `.locret` file loaded (its read settings, the policy among them, are the file's: giving
+    others is an error), or a document read with a progress bar (for `questions` under a policy that reads with them; with
     `defer`, tokenized and its bounded read left for the first answer that needs it), refused when it is estimated
     not to fit in free memory unless `no_memory_check`. The plan's warnings are the reading's (`Reading.warnings`)."""
     from locret_cli.inputs.documents import open_document
@@ -42,20 +42,20 @@ def open_reading(source: str, spec, read: dict, answer: dict, err: Console, quie
     # torch and transformers come in with these, after the document has opened: a missing or unreadable one is
     # reported at once, and a PDF's pages are extracted by a second process meanwhile
     from locret_cli.api import load_session
-    from locret_cli.api.plan import checked_spec
+    from locret_cli.api.plan import read_policy
     from locret_cli.cli.report import DocumentProgress
     from locret_cli.models.library_logs import quiet_libraries
 
     quiet_libraries()
-    spec = checked_spec(spec, source)
+    policy = read_policy(read, source)
     loading = Text(f"loading {spec.model or 'the embedded model'}")
     with err.status(loading, spinner="dots") if not quiet else nullcontext():
-        session = load_session(spec, heads_required=not saved)
+        session = load_session(spec, reads_with=None if saved else policy)
     if spec.model is None and not quiet:
         warn(err, f"no --model given: using the {session.loaded.name}")
     plan = session.plan(read, answer, source=source, questions=questions, defer=defer, history_tokens=history_tokens)
     if saved:
-        return session, session.load(source, plan), plan
+        return session, session.open(source, plan), plan
     with DocumentProgress(err, enabled=not quiet) as progress:
-        reading = session.read(document, plan, on_progress=progress.update, force=no_memory_check)
+        reading = session.open(document, plan, on_progress=progress.update, force=no_memory_check)
     return session, reading, plan

@@ -33,13 +33,14 @@ def cost_table(result: AskResult) -> Table:
     table = Table(title="What it cost", show_header=True, header_style="bold")
     table.add_column("measure")
     table.add_column("value", justify="right")
-    s = result.settings
+    s, cache, speed = result.settings, result.kv_cache, result.speed
     pages = "-" if result.document.pages is None else str(result.document.pages)
-    saved = result.full_cache_bytes / result.cache_peak_bytes if result.cache_peak_bytes else 0
-    decode = "-" if result.decode_tokens_per_s is None else f"{result.decode_tokens_per_s:,.1f}"
-    first = ("loading " + result.loaded_from, f"{result.read_s:.3f} s") if result.loaded_from else \
-        ("reading the document" if result.holds_document else "tokenizing the document", f"{result.read_s:.2f} s")
-    kept = f"{result.cache_kept_tokens:,}" if result.holds_document else \
+    saved = cache.full_cache_bytes / cache.peak_bytes if cache.peak_bytes else 0
+    decode = "-" if speed.decode_tokens_per_s is None else f"{speed.decode_tokens_per_s:,.1f}"
+    loaded_from = result.context.loaded_from
+    first = ("loading " + loaded_from, f"{speed.read_s:.3f} s") if loaded_from else \
+        ("reading the document" if cache.holds_document else "tokenizing the document", f"{speed.read_s:.2f} s")
+    kept = f"{cache.kept_tokens:,}" if cache.holds_document else \
         "- (bounded read not run: the answer came from the re-read window)"
     route = ROUTE_NAMES[result.route]
     if result.route == "bounded-cache" and result.answering.reread:
@@ -48,7 +49,7 @@ def cost_table(result: AskResult) -> Table:
     route += f", read with the reader {result.reader}" if result.reader else ""
     rows = [
         ("model", result.model),
-        ("compute", result.compute or "-"),
+        ("compute", speed.compute or "-"),
         ("document tokens / pages", f"{result.document.tokens:,} / {pages}"),
         ("policy, positions", f"{result.policy}, {s.positions}" + (f", spans of {s.span}" if s.span > 1 else "")),
         ("read", read_mode(result.read_for)),
@@ -56,19 +57,19 @@ def cost_table(result: AskResult) -> Table:
         ("budget / chunk / stabilizers", f"{s.budget:,} / {s.chunk_size:,} / {s.stabilizers:,}"),
         ("tokens kept in the cache (per head)", kept),
         *([(f"lazy prefill: tokens past layer {s.lazy_after}",
-            f"{result.document.tokens - result.lazy_pruned_tokens:,} of {result.document.tokens:,}")]
+            f"{result.document.tokens - cache.lazy_pruned_tokens:,} of {result.document.tokens:,}")]
           if s.lazy_after else []),
-        ("KV cache peak tokens (per head)", f"{result.cache_peak_tokens:,}"),
-        ("KV cache peak", human_bytes(result.cache_peak_bytes) + (f" ({s.kv_bits}-bit)" if s.kv_bits < 16 else "")),
-        ("full cache would need", f"{human_bytes(result.full_cache_bytes)} ({saved:,.1f}x)"),
-        *kind_rows(result.cache_by_kind),
-        (f"peak memory ({result.memory_device})", human_bytes(result.memory_peak_bytes)),
-        ("prefill tokens/s", f"{result.prefill_tokens_per_s:,.1f}"),
+        ("KV cache peak tokens (per head)", f"{cache.peak_tokens:,}"),
+        ("KV cache peak", human_bytes(cache.peak_bytes) + (f" ({s.kv_bits}-bit)" if s.kv_bits < 16 else "")),
+        ("full cache would need", f"{human_bytes(cache.full_cache_bytes)} ({saved:,.1f}x)"),
+        *kind_rows(cache.by_kind),
+        (f"peak memory ({result.memory.device})", human_bytes(result.memory.peak_bytes)),
+        ("prefill tokens/s", f"{speed.prefill_tokens_per_s:,.1f}"),
         ("decode tokens/s", decode),
         first,
-        ("answering", f"{result.answer_s:.2f} s"),
-        ("time to first token", f"{result.time_to_first_token_s:.2f} s"),
-        ("total", f"{result.total_s:.2f} s"),
+        ("answering", f"{speed.answer_s:.2f} s"),
+        ("time to first token", f"{speed.time_to_first_token_s:.2f} s"),
+        ("total", f"{speed.total_s:.2f} s"),
     ]
     for name, value in rows:
         table.add_row(name, value)
@@ -78,17 +79,18 @@ def cost_table(result: AskResult) -> Table:
 def grounding_warning(result: AskResult, prefix: str = "") -> Text | None:
     """The warning for stderr when the answer's content is not in the document as written, or was withheld (its
     text never read as markup); else None. `prefix` (the question, when there are several) starts the line."""
-    grounding = result.grounding
-    if grounding is not None and grounding.grounded and result.restated_from is not None and result.withheld is None:
+    checked = result.grounding
+    verdict, withheld, restated_from = checked.verdict, checked.withheld, checked.restated_from
+    if verdict is not None and verdict.grounded and restated_from is not None and withheld is None:
         return Text.assemble(("note: ", "dim"), prefix + f"restated in the question's words; the model answered "
-                             f"{result.restated_from!r}")
-    if grounding is None or (grounding.grounded and result.withheld is None):
+                             f"{restated_from!r}")
+    if verdict is None or (verdict.grounded and withheld is None):
         return None
-    missing = ", ".join(repr(text) for text in grounding.missing()) or "its content"
-    if result.withheld is not None:
-        line = f"withheld (strict): the model answered {result.withheld!r}; the document does not hold {missing}"
+    missing = ", ".join(repr(text) for text in verdict.missing()) or "its content"
+    if withheld is not None:
+        line = f"withheld (strict): the model answered {withheld!r}; the document does not hold {missing}"
     else:
-        line = f"not in the document as written: {missing} (grounding: {grounding.status}; --strict withholds such " \
+        line = f"not in the document as written: {missing} (grounding: {verdict.status}; --strict withholds such " \
                "answers)"
     return Text.assemble(("warning: ", "yellow"), prefix + line)
 
@@ -131,14 +133,16 @@ def multi_cost_table(results: list[AskResult]) -> Table:
     table.add_column("time", justify="right")
     table.add_column("share of reading the document", justify="right")
     doc, last = first.document, results[-1]
-    how = "reading" if last.holds_document else "tokenizing (no answer needed the bounded read)"
-    table.add_row(f"{how} {doc.tokens:,} tokens" + (" (earlier, saved)" if first.loaded_from else ""),
+    how = "reading" if last.kv_cache.holds_document else "tokenizing (no answer needed the bounded read)"
+    loaded_from = first.context.loaded_from
+    table.add_row(f"{how} {doc.tokens:,} tokens" + (" (earlier, saved)" if loaded_from else ""),
                   f"{doc.read_s:.2f} s", "")
-    if first.loaded_from:
-        table.add_row(f"loading {first.loaded_from}", f"{first.read_s:.3f} s", f"{first.read_s / doc.read_s:.1%}")
+    if loaded_from:
+        load_s = first.speed.read_s
+        table.add_row(f"loading {loaded_from}", f"{load_s:.3f} s", f"{load_s / doc.read_s:.1%}")
     for i, r in enumerate(results, 1):
-        table.add_row(f"answer {i}", f"{r.answer_s:.3f} s", f"{r.answer_s / first.document.read_s:.1%}")
-    table.add_row("total", f"{last.read_s + sum(r.answer_s for r in results):.2f} s", "")
+        table.add_row(f"answer {i}", f"{r.speed.answer_s:.3f} s", f"{r.speed.answer_s / first.document.read_s:.1%}")
+    table.add_row("total", f"{last.speed.read_s + sum(r.speed.answer_s for r in results):.2f} s", "")
     return table
 
 
@@ -152,7 +156,7 @@ def saved_table(reading: Reading, saved: SavedContext) -> Table:
         ("model", reading.model_name),
         ("document tokens / pages", f"{doc.tokens:,} / {'-' if doc.pages is None else doc.pages}"),
         ("policy, budget / chunk / stabilizers",
-         f"{reading.policy_name}, {s.budget:,} / {s.chunk_size:,} / {s.stabilizers:,}"),
+         f"{reading.settings.policy}, {s.budget:,} / {s.chunk_size:,} / {s.stabilizers:,}"),
         ("read", read_mode(reading.read_for)),
         ("entries kept per head", f"{saved.entries:,}"),
         ("file size", human_bytes(saved.size_bytes)),

@@ -27,7 +27,7 @@ def train(
     weight_decay: Annotated[float, typer.Option(help="AdamW weight decay.")] = 0.01,
     warmup: Annotated[Optional[int], typer.Option(help="Linear warmup steps, then linear decay. Default 5% of steps.")] = None,
     clip_value: Annotated[float, typer.Option(help="Gradient value clipping.")] = 0.5,
-    smooth_weight: Annotated[float, typer.Option(help="Weight α of the smoothness loss MSE(pred[k], pred[k-1]).")] = 0.0025,
+    smooth_weight: Annotated[float, typer.Option(help="Weight α of the smoothness loss MSE(pred\\[k], pred\\[k-1]).")] = 0.0025,
     rank_weight: Annotated[float, typer.Option(
         help="Weight β of the ranking loss KL(softmax(label) ‖ softmax(pred)) over each prompt's tokens. "
              "0: the paper's loss.")] = 0.0,
@@ -43,10 +43,10 @@ def train(
     seed: Annotated[int, typer.Option(help="Seed for head initialisation and data order.")] = 0,
     resume: option_groups.Resume = False,
     overwrite: option_groups.Overwrite = False,
-    device: option_groups.Device = "auto",
+    device: option_groups.model_option("device") = "auto",
     dtype: Annotated[str, typer.Option(help="Dtype of the frozen model: auto, bf16, fp16 or fp32.")] = "auto",
     load_4bit: Annotated[bool, typer.Option("--load-4bit", help="Load the frozen model in 4-bit nf4.")] = False,
-    trust_remote_code: option_groups.TrustRemoteCode = False,
+    trust_remote_code: option_groups.model_option("trust_remote_code") = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as one JSON document on stdout.")] = False,
 ) -> None:
     """Train retaining heads for MODEL on prompt/answer DATA and save them in OUT."""

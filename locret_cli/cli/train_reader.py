@@ -12,10 +12,11 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, T
 from rich.text import Text
 
 from locret_cli.cli.app import app, domain_errors, plain_console, warn
-from locret_cli.cli.option_groups import MODEL, Overwrite, Resume, SaveEvery, option_groups
+from locret_cli.cli.option_groups import MODEL, Overwrite, Resume, SaveEvery, option_groups, setting_option
 from locret_cli.errors import SettingError
 from locret_cli.models.library_logs import quiet_libraries
 from locret_cli.models.spec import ModelSpec
+from locret_cli.settings import DEFAULT_POLICY, ReadSettings
 
 
 @app.command("train-reader")
@@ -40,13 +41,14 @@ def train_reader(
     resume: Resume = False,
     overwrite: Overwrite = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as one JSON document on stdout.")] = False,
+    policy: setting_option(ReadSettings, "policy") = None,
     *,
     spec: ModelSpec,
 ) -> None:
     """Train a reader for MODEL and its heads on DATA and save it in OUT. Each document is read once with the
     model's heads and recorded settings, at a budget that keeps between --kept-min and --kept-max of it; the
     reader then learns to answer each question from that bounded cache."""
-    from locret_cli.api import load_session
+    from locret_cli.api import Session, load_session
     from locret_cli.training import ReaderConfig
     from locret_cli.training import train_reader as fit
 
@@ -62,7 +64,10 @@ def train_reader(
     config = ReaderConfig(steps=steps, rank=rank, alpha=alpha, lr=lr, kept_share=(kept_min, kept_max),
                           uncut_share=uncut_share, save_every=save_every, seed=seed, min_kept_share=min_kept_share)
     with err.status(Text(f"loading {spec.model or 'the embedded model'}"), spinner="dots"):
-        session = load_session(replace(spec, reader="off"))
+        session = load_session(replace(spec, reader="off"), reads_with=policy or DEFAULT_POLICY)
+    if policy is not None:  # the documents are read with it, as if the model had recorded it
+        loaded = session.loaded
+        session = Session(replace(loaded, defaults={**loaded.defaults, "policy": policy}), session.heads)
     bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), TaskProgressColumn(),
                    TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
                    console=err, transient=True)

@@ -1,4 +1,5 @@
-"""Chunked prefill with bounded-cache eviction, then question prefill and decoding.
+"""Chunked prefill with bounded-cache eviction, then question prefill and decoding (each next token chosen by the
+answer settings' rules, `core/answer/sampling.py`).
 
 The functions here never print. Progress goes out through a callback; timings are taken after synchronising the
 device, and nothing is warmed up first.
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 
@@ -17,6 +18,7 @@ import torch
 from locret_cli.core.answer.citations import AttentionTally
 from locret_cli.core.answer.compiled_step import decode_step_for
 from locret_cli.core.answer.reader import ReaderAdapter, reading_with
+from locret_cli.core.answer.sampling import Sampler, repeated_run
 from locret_cli.core.attention.capture import capture_qkv
 from locret_cli.core.attention.over_cache import applies_to, use_cache_attention
 from locret_cli.core.attention.probe import observe_attention
@@ -24,17 +26,17 @@ from locret_cli.core.attention.rope import SLIDING, changes_with_length, frequen
 from locret_cli.core.cache.bounded import LocretCache
 from locret_cli.core.lazy_prefill import flowing_tokens, lazy_layers
 from locret_cli.core.policies import Policy, select
+from locret_cli.core.policies.full import FullPolicy
 from locret_cli.core.profile_marks import CAPTURE, FREQUENCIES, mark
 from locret_cli.core.shape import layer_windows
 from locret_cli.core.transformers_internals import cache_kwargs, rotary_module
 from locret_cli.inputs.document_numbers import DocumentNumbers
+from locret_cli.inputs.prompt import PromptTokens
 from locret_cli.inputs.sources import TokenChunk
 from locret_cli.settings import AnswerSettings, ReadSettings
 
-QUESTION_ALLOWANCE = 256  # tokens a question is assumed to take when a document is read before it is asked
 SLIDE_SLACK = 64  # while answering, a sliding layer drops its oldest entries once it holds this many too many
 LAZY_SHAPES = 16  # lazy prefill: at most this many token counts flow above the cut (`flowing_tokens`' step)
-NUMBER_TRIES = 32  # numbers_from_document passes over at most this many tokens for one step
 
 
 @dataclass
@@ -70,42 +72,42 @@ class Generation:
 class Engine:
     """Runs one document and question through `model` with `policy`, never holding more than budget + chunk.
 
-    The first `pinned` tokens read (BOS and the chat template's head, which the first chunk starts with) are never
-    evicted, under every policy: a document cannot push the prompt's opening out of the cache.
+    The first `prompt.pinned` tokens read (BOS and the chat template's head, which the first chunk starts with) are
+    never evicted, under every policy: a document cannot push the prompt's opening out of the cache.
 
     A policy that reads with the question (FINCH) gets `question_ids` read after every chunk, at the positions that
     follow it; their entries are dropped before eviction, so the cache never holds them.
 
-    An answer ends at a token of `stop_ids`, and, once it has begun, at one of `line_ends` (a base model's answer is
-    one line: `prompt.line_end_ids`). With `word_repeats` off, a token of `words` (`prompt.word_ids`) never follows
-    itself.
+    An answer ends at a token of `prompt.stop_ids`, and, once it has begun, at one of `prompt.line_ends` (a base
+    model's answer is one line). With `word_repeats` off, a token of `prompt.words` never follows itself. The
+    `reader`, if any, is in force for answers only (`core/answer/reader.py`). `room` is the cache entries to reserve
+    up front (the plan's; 0: grow as entries come).
 
     The settings are taken as they are: a run's plan (`api/plan.py`) has checked them for this model and policy."""
 
-    def __init__(self, model, policy: Policy, settings: ReadSettings, stop_ids: set[int], pinned: int = 0,
-                 answering: AnswerSettings = AnswerSettings(), question_ids: list[int] | None = None,
-                 line_ends: frozenset[int] = frozenset(), words: frozenset[int] = frozenset()):
+    def __init__(self, model, policy: Policy, settings: ReadSettings, prompt: PromptTokens = PromptTokens(),
+                 answering: AnswerSettings = AnswerSettings(), *, room: int = 0, question_ids: Sequence[int] = (),
+                 reader: ReaderAdapter | None = None):
         layers = model.config.get_text_config(decoder=True).num_hidden_layers
         windows = layer_windows(model.config)
-        self.model, self.policy, self.settings, self.stop_ids, self.pinned = model, policy, settings, stop_ids, pinned
-        self.line_ends, self.words = line_ends, words
-        self.numbers: DocumentNumbers | None = None  # what numbers_from_document allows (`Reading.ask` sets it)
-        self.answering = answering
-        self.read_question_ids = list(question_ids or []) if policy.reads_question else []
+        self.model, self.policy, self.settings, self.prompt = model, policy, settings, prompt
+        self.answering, self.reader = answering, reader
+        self.read_question_ids = list(question_ids) if policy.reads_question else []
         self.device = model.device
         self.rotary = rotary_module(model)
         self.dynamic_frequencies = changes_with_length(self.rotary)
         self.mask_free = applies_to(model)  # attention over the cache without a mask (`attention/over_cache.py`)
         self.step = decode_step_for(model)  # one token's forward: our own glue, or compiled whole
-        room = settings.budget + settings.chunk_size + QUESTION_ALLOWANCE + answering.max_new_tokens
-        room = room if policy.evicts else 0
         self.cache = LocretCache(layers, reserved=room, step=settings.chunk_size, kv_bits=settings.kv_bits,
                                  windows=windows, budget=settings.budget)
         self.seen = 0  # tokens of input consumed so far
         self.document_tokens = self.kept_tokens = 0
         self.pruned_tokens = 0  # lazy prefill: chunk tokens that skipped the layers above the cut, summed
-        self.generator = torch.Generator(device="cpu").manual_seed(answering.seed)
-        self.reader: ReaderAdapter | None = None  # in force for answers only (`core/answer/reader.py`)
+        self.sampler = Sampler(answering, prompt.words)
+
+    @property
+    def pinned(self) -> int:
+        return self.prompt.pinned
 
     def read(self, chunks: Iterable[TokenChunk], on_progress: Callable[[Progress], None] | None = None) -> None:
         """Stream the document through the bounded cache. Eviction does not depend on the question, so one read can
@@ -118,11 +120,13 @@ class Engine:
 
     @torch.no_grad()
     def answer(self, question_ids: list[int], start: float | None = None,
-               on_token: Callable[[int], None] | None = None, tally: AttentionTally | None = None) -> Generation:
+               on_token: Callable[[int], None] | None = None, tally: AttentionTally | None = None,
+               numbers: DocumentNumbers | None = None) -> Generation:
         """Prefill the question without eviction and decode; `start` is when reading began (default: now).
 
         `on_token` hears each answer token as it is chosen; `tally`, if given, adds up the attention the answer pays
-        to the document's entries (for citations). The reader, if any, is in force for the question and the answer."""
+        to the document's entries (for citations); `numbers` are the document's, which `numbers_from_document` keeps
+        the answer to. The reader, if any, is in force for the question and the answer."""
         start = self.clock() if start is None else start
         self.cache.reserve(len(question_ids) + self.answering.max_new_tokens)
         with ExitStack() as answering:
@@ -131,9 +135,9 @@ class Engine:
                 answering.enter_context(observe_attention(self.model, tally.observe))
             logits = self.forward(question_ids, score=False)
             self.cache.slide(slack=SLIDE_SLACK)
-            first = self.choose(logits, [])
+            first = self.sampler.choose(logits, [], numbers)
             first_token_at = self.clock()
-            tokens, steps = self.decode(first, on_token)
+            tokens, steps = self.decode(first, on_token, numbers)
         end = self.clock()
         return Generation(
             token_ids=tokens,
@@ -153,8 +157,41 @@ class Engine:
         clone = copy.copy(self)
         clone.cache = self.cache.fork()
         clone.answering = answering or self.answering
-        clone.generator = torch.Generator(device="cpu").manual_seed(clone.answering.seed)
+        clone.sampler = Sampler(clone.answering, self.prompt.words)
         return clone
+
+    def with_reader(self, reader: ReaderAdapter | None) -> Engine:
+        """A fork of this engine (`fork`) whose answers read with `reader` (None: with none)."""
+        clone = self.fork()
+        clone.reader = reader
+        return clone
+
+    def over_text(self, tokens: int, answering: AnswerSettings) -> Engine:
+        """An engine on the same model and prompt that reads `tokens` of text whole, with a full cache, in this one's
+        chunks, and answers with `answering` (no reader: the text is read as it is)."""
+        settings = ReadSettings(policy=FullPolicy.name, budget=tokens, chunk_size=self.settings.chunk_size,
+                                stabilizers=0, positions="original")
+        return Engine(self.model, FullPolicy(), settings, self.prompt, answering)
+
+    def restore(self, layers: Sequence[Mapping[str, torch.Tensor]], frequencies: torch.Tensor,
+                state: Mapping[str, int]) -> None:
+        """Take back a read saved earlier: each layer's cache tensors (on this device, in the model's dtype), the
+        rotary frequencies the keys were rotated with, and the counts of `saved_state`. ValueError where the cache
+        does not hold the entries the state says."""
+        self.cache.dtype = self.model.dtype
+        for layer, tensors in zip(self.cache.layers, layers, strict=True):
+            layer.load(tensors)
+        self.cache.frequencies = frequencies
+        self.seen, self.document_tokens, self.kept_tokens = state["seen"], state["document_tokens"], \
+            state["kept_tokens"]
+        self.cache.peak_tokens, self.cache.peak_bytes = state["peak_tokens"], state["peak_bytes"]
+        if self.cache.length() != self.kept_tokens:
+            raise ValueError(f"{self.cache.length()} entries per head, the header says {self.kept_tokens}")
+
+    def saved_state(self) -> dict[str, int]:
+        """The counts a saved read keeps beside its cache (`restore`)."""
+        return {"seen": self.seen, "document_tokens": self.document_tokens, "kept_tokens": self.kept_tokens,
+                "peak_tokens": self.cache.peak_tokens, "peak_bytes": self.cache.peak_bytes}
 
     @torch.no_grad()
     def prefill_chunk(self, ids: list[int]) -> None:
@@ -254,12 +291,13 @@ class Engine:
         elif not torch.equal(frequencies, self.cache.frequencies):
             self.cache.switch_frequencies(frequencies)
 
-    def decode(self, first: int, on_token: Callable[[int], None] | None = None) -> tuple[list[int], int]:
+    def decode(self, first: int, on_token: Callable[[int], None] | None = None,
+               numbers: DocumentNumbers | None = None) -> tuple[list[int], int]:
         """Greedy (or sampled) decoding from `first` until a stop token (or a line end, once the answer has begun) or
         max_new_tokens, or, with stop_repeats, until the answer repeats a run of tokens right after itself (the repeat
         is dropped); each token is `choose`n; returns (tokens, steps)."""
         tokens, steps, token = [], 0, first
-        while token not in self.stop_ids and not (tokens and token in self.line_ends):
+        while token not in self.prompt.stop_ids and not (tokens and token in self.prompt.line_ends):
             tokens.append(token)
             if on_token:
                 on_token(token)
@@ -268,47 +306,12 @@ class Engine:
             if self.answering.stop_repeats and (period := repeated_run(tokens, self.answering.stop_repeats)):
                 del tokens[-period:]
                 break
-            token = self.choose(self.forward([token], score=False), tokens)
+            token = self.sampler.choose(self.forward([token], score=False), tokens, numbers)
             self.cache.slide(slack=SLIDE_SLACK)
             steps += 1
         return tokens, steps
-
-    def choose(self, logits: torch.Tensor, answer: list[int]) -> int:
-        """The next token after `answer` (`pick`), none that the answer settings rule out: with word_repeats off, the
-        word just given; with numbers_from_document on (and `numbers` known), a digit that would make a number the
-        document does not hold (at most NUMBER_TRIES tokens are passed over)."""
-        if not self.answering.word_repeats and answer and answer[-1] in self.words:
-            logits[answer[-1]] = -torch.inf
-        token = self.pick(logits)
-        if self.answering.numbers_from_document and self.numbers is not None:
-            for _ in range(NUMBER_TRIES):
-                if self.numbers.allows(answer, token):
-                    break
-                logits[token] = -torch.inf
-                token = self.pick(logits)
-        return token
-
-    def pick(self, logits: torch.Tensor) -> int:
-        """Next token from logits (vocab,): argmax at temperature 0, else top-p sampling."""
-        if self.answering.temperature == 0:
-            return int(logits.argmax())
-        probs = torch.softmax(logits.cpu() / self.answering.temperature, dim=-1)
-        ordered, index = probs.sort(descending=True)
-        keep = ordered.cumsum(-1) - ordered < self.answering.top_p
-        ordered = torch.where(keep, ordered, 0.0)
-        choice = torch.multinomial(ordered / ordered.sum(), 1, generator=self.generator)
-        return int(index[choice])
 
     def clock(self) -> float:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         return time.perf_counter()
-
-
-def repeated_run(tokens: list[int], shortest: int) -> int:
-    """The length of a run of at least `shortest` tokens that `tokens` ends with twice in a row ("A. A."), or 0."""
-    n = len(tokens)
-    for period in range(shortest, n // 2 + 1):
-        if tokens[n - period:] == tokens[n - 2 * period:n - period]:
-            return period
-    return 0

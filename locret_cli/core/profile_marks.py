@@ -20,7 +20,6 @@ SELECT = "locret.select"              # top-k selection and the gather that keep
 REROTATE = "locret.rerotate"          # moving kept keys to their new positions
 FREQUENCIES = "locret.frequencies"    # the rotary module's run that reports dynamic frequencies
 TOKENIZE = "locret.tokenize"          # turning the document's text into the next chunk's ids
-MARKS = (CACHE_UPDATE, CAPTURE, HEADS, SELECT, REROTATE, FREQUENCIES, TOKENIZE)
 
 
 def mark(name: str):

@@ -1,11 +1,11 @@
 """A PDF's pages' text, one page at a time: opened and checked here, extracted here or by a second Python process.
 
-Extracting a page's text is pure Python (pypdf; docs/performance.md, item 9), and a command spends its first
-seconds importing torch and transformers, which is pure Python too: a thread could not run beside it. So with
-`prefetch`, a second interpreter (`python -m locret_cli.inputs.pdf_pages FILE`) starts as the document opens and
-extracts pages while this one imports, up to `PREFETCH_PAGES` ahead of the reader. It sends each page as one JSON
-line, `[number, text, warning]`, and this process checks each. If the helper cannot start, stops early or sends
-anything else, it is stopped and this process extracts the remaining pages itself: the pages' text is the same
+Extracting a page's text is pure Python (pypdf; docs/measurements/what-makes-it-fast.md, item 9), and a command
+spends its first seconds importing torch and transformers, which is pure Python too: a thread could not run beside
+it. So with `prefetch`, a second interpreter (`python -m locret_cli.inputs.pdf_pages FILE`) starts as the document
+opens and extracts pages while this one imports, up to `PREFETCH_PAGES` ahead of the reader. It sends each page as
+one JSON line, `[number, text, warning]`, and this process checks each. If the helper cannot start, stops early or
+sends anything else, it is stopped and this process extracts the remaining pages itself: the pages' text is the same
 either way. A PDF of more than `PREFETCH_MAX_PAGES` pages gets no helper: it would parse the file again, and pypdf
 holds the whole page tree in each process.
 """

@@ -145,6 +145,24 @@ def word_ids(tokenizer) -> frozenset[int]:
                      if token[:1] in SPACE_FORMS and token[1:].isascii() and token[1:].isalpha())
 
 
+@dataclass(frozen=True)
+class PromptTokens:
+    """What reading and answering need of the prompt and the vocabulary: the prompt head's length (`pinned`: read
+    first and never evicted), the tokens an answer ends at (`stop_ids`; and `line_ends` once it has begun, for a base
+    model), and the tokens that begin a word (`words`, for `word_repeats`)."""
+
+    pinned: int = 0
+    stop_ids: frozenset[int] = frozenset()
+    line_ends: frozenset[int] = frozenset()
+    words: frozenset[int] = frozenset()
+
+    @classmethod
+    def of(cls, model, tokenizer) -> "PromptTokens":
+        """The prompt tokens of `model` with `tokenizer`."""
+        return cls(len(prompt_layout(tokenizer).head_ids), frozenset(stop_token_ids(model, tokenizer)),
+                   line_end_ids(tokenizer), word_ids(tokenizer))
+
+
 def _render(tokenizer, messages: list[dict], add_generation_prompt: bool) -> str:
     try:
         return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)

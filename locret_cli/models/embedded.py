@@ -68,7 +68,7 @@ def restated(question: str, answer: str) -> str | None:
 
 
 class EmbeddedForms:
-    """The embedded model's question forms and its "not stated" reply, as `LoadedModel.forms`."""
+    """The embedded model's question forms and its "not stated" reply, as `LoadedModel.question_forms`."""
 
     def warning(self, question: str) -> str | None:
         return question_warning(question)
@@ -87,5 +87,5 @@ def load_embedded(device: str = "auto", dtype: str = "auto") -> tuple[LoadedMode
     loaded = load_model(str(EMBEDDED_DIR), device=device, dtype=dtype)
     loaded.name = NAME
     loaded.defaults = json.loads((EMBEDDED_DIR / "locret.json").read_text())
-    loaded.forms = EmbeddedForms()
+    loaded.question_forms = EmbeddedForms()
     return loaded, load_heads(EMBEDDED_DIR / "heads", loaded.model)

@@ -1,8 +1,8 @@
 """GGUF model files (llama.cpp's format), loaded through transformers' GGUF reader.
 
 transformers dequantizes every tensor while loading: a 4-bit GGUF file becomes an ordinary model in the dtype asked
-for (docs/real-models.md measures what that costs). Only the families locret supports are accepted; the file's
-architecture is read from its header before anything heavy happens.
+for (docs/real-models.md measures what that costs). Only the families locret supports (`core/families.py`) are
+accepted; the file's architecture is read from its header before anything heavy happens.
 """
 
 from __future__ import annotations
@@ -15,14 +15,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
+from locret_cli.core.families import GGUF_ARCHITECTURES
 from locret_cli.core.shape import ModelShape
 from locret_cli.core.transformers_internals import quiet_gguf_conversion
 from locret_cli.errors import LocretError, ModelError
 from locret_cli.models import gguf_header
 
 INSTALL_HINT = "pip install 'locret-cli[gguf]'"
-# GGUF `general.architecture` values of the families locret supports (README: Llama, Mistral, Qwen2/3, Phi-3)
-SUPPORTED = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma3")
 T = TypeVar("T")
 
 
@@ -94,9 +93,9 @@ def _parsed(path: Path, parse: Callable[[], T]) -> T:
 def check_supported(path: Path) -> str:
     """The architecture of a GGUF file locret can drive; any other is refused in one line."""
     found = architecture(path)
-    if found not in SUPPORTED:
+    if found not in GGUF_ARCHITECTURES:
         raise ModelError(
-            f"{path.name} holds a {found!r} model; locret reads GGUF files of {', '.join(SUPPORTED)} models"
+            f"{path.name} holds a {found!r} model; locret reads GGUF files of {', '.join(GGUF_ARCHITECTURES)} models"
         )
     return found
 

@@ -41,7 +41,7 @@ class LoadedModel:
     name: str
     defaults: dict  # engine settings recorded with the model (the embedded model has some), else empty
     dtype_reason: str = ""  # why it was loaded in its dtype, for the cost table
-    forms: QuestionForms | None = None  # None: a general model, asked anything
+    question_forms: QuestionForms | None = None  # None: a general model, asked anything
 
 
 def resolve_device(device: str) -> torch.device:

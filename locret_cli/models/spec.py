@@ -1,12 +1,22 @@
 """`ModelSpec`: which model to load and how, in plain values (no torch), so that it crosses to worker processes,
-Ray actors and bench cells. `api.load_session(spec)` loads it."""
+Ray actors and bench cells. `api.load_session(spec)` loads it.
+
+Each field is declared once, with its default and help (`option`): the command line's model options are made from
+these declarations (`cli/option_groups.py`), as the reading and answering options are made from the settings'.
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import Field, asdict, dataclass, field
 
+from locret_cli.core.families import PLAIN_LLAMA, spoken
 from locret_cli.errors import LocretError, SettingError
-from locret_cli.settings import DEFAULT_POLICY, POLICY_NAMES
+
+
+def option(default, help: str, flag: str | None = None, shapes: bool = False) -> Field:
+    """A ModelSpec field: its default and its command-line help; `flag` where the option is not --<name> alone (an
+    on/off flag with no --no- form); `shapes` for an option only the bench takes (random-weight shapes)."""
+    return field(default=default, metadata={"help": help, "flag": flag, "shapes": shapes})
 
 
 @dataclass(frozen=True)
@@ -16,33 +26,41 @@ class ModelSpec:
     `heads` None takes those shipped for the model, if any; `reader` None likewise takes the reader shipped for it
     (`core/answer/reader.py`), "off" none, else a reader's directory."""
 
-    model: str | None = None
-    heads: str | None = None
-    policy: str | None = None  # None: DEFAULT_POLICY, once checked
-    device: str = "auto"
-    dtype: str = "auto"
-    load_4bit: bool = False
-    load_8bit: bool = False
-    trust_remote_code: bool = False
-    arch: str | None = None
-    max_memory: str | None = None  # a size such as 2GiB: weights past it stay on disk (`runtime/offload.py`)
-    reader: str | None = None
-    compile_decode: bool = False  # decode with a step compiled whole (`core/answer/compiled_step.py`)
+    model: str | None = option(None, "Hub id, local directory, .gguf file, smollm2 (SmolLM2-135M-Instruct) or "
+                                     "gemma3-270m (Gemma 3 270M base), with shipped heads. Default: the embedded model.")
+    arch: str | None = option(None, "A shape preset with random weights: smollm2-135m, qwen2.5-0.5b, qwen2.5-1.5b, "
+                                    "llama-3.2-1b, llama-3.1-8b, phi-3-mini-128k, gemma3-1b, gemma3-4b or gemma3-12b "
+                                    "(each gemma3 also as -global: every layer global). Speed and memory only.",
+                              shapes=True)
+    heads: str | None = option(None, "Retaining heads: a locret heads dir or an official Locret checkpoint. Default: "
+                                     "those shipped for the model, if any.")
+    reader: str | None = option(None, "The reader that answers from the bounded cache: a reader dir (`locret "
+                                      "train-reader`), or off. Default: the one shipped for the model, if any.")
+    device: str = option("auto", "auto, cpu or cuda.")
+    dtype: str = option("auto", "auto (bf16 where fast), bf16, fp16 or fp32.")
+    load_4bit: bool = option(False, "Load weights in 4-bit nf4 (bitsandbytes).", flag="--load-4bit")
+    load_8bit: bool = option(False, "Hold the linear layers' weights in int8, one scale per row: half the bytes of "
+                                    "bf16, so faster decoding on the CPU.", flag="--load-8bit")
+    max_memory: str | None = option(None, "Hold at most this much of the model's weights in memory (such as 2GiB); the "
+                                          "rest stays on disk in its safetensors file and is read layer by layer as "
+                                          "it runs. CPU only; for a .gguf file, `locret convert` it first.")
+    trust_remote_code: bool = option(False, "Run the model repo's own code. Off unless asked.",
+                                     flag="--trust-remote-code")
+    compile_decode: bool = option(False, f"Decode with a step compiled whole ({spoken(PLAIN_LLAMA)} on the CPU; needs "
+                                         "a C++ compiler): faster steps after tens of seconds of compiling, for long "
+                                         "answers and many questions.", flag="--compile-decode")
 
     def to_json(self) -> dict:
         return asdict(self)
 
     def checked(self) -> "ModelSpec":
-        """This spec with its policy named (DEFAULT_POLICY unless one is given), or a one-line SettingError where its
-        options do not combine: the one place those rules live (`load_session` asks it, and every command that loads
-        a model). A GGUF file is told by its name and header alone."""
-        spec = replace(self, policy=self.policy or DEFAULT_POLICY)
-        spec._check_options()
-        return spec
+        """This spec, or a one-line SettingError where its options do not combine: the one place those rules live
+        (`load_session` asks it, and every command that loads a model). A GGUF file is told by its name and header
+        alone."""
+        self._check_options()
+        return self
 
     def _check_options(self) -> None:
-        if self.policy not in POLICY_NAMES:
-            raise LocretError(f"unknown policy {self.policy!r}; choose one of {', '.join(POLICY_NAMES)}")
         if self.model and self.arch:
             raise SettingError("choose {model} or {arch}, not both")
         if self.load_4bit and self.load_8bit:

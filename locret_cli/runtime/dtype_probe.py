@@ -2,7 +2,7 @@
 
 A CPU flag does not settle it. A CPU with AVX512-BF16 can still decode slower in bf16 than in fp32 (transformers'
 bf16 RMSNorm above all), while on one with AMX bf16 matrix products run several times faster than fp32
-(docs/performance.md, docs/cpus.md). So the probe runs a small decoder block (RMSNorm as
+(docs/measurements/performance.md, docs/measurements/zen4.md). So the probe runs a small decoder block (RMSNorm as
 transformers computes it, attention projections, a SiLU MLP) in both dtypes, one row at a time as decoding does
 and 128 rows at a time as prefill does, and keeps the faster. It takes a fraction of a second, and the choice is
 cached per CPU, torch version and thread count in `$XDG_CACHE_HOME/locret/dtype-probe.json` (default ~/.cache).

@@ -7,7 +7,7 @@ first (a few per cent over the bf16 product) and multiplies as usual.
 
 The maintained libraries were measured first, on the same CPU and shapes: torchao 0.18's int8 weight-only linear
 casts the whole int8 weight to bf16 at every call, and bitsandbytes 0.50's 8-bit linear runs far slower than bf16
-on the CPU. Both made decode slower, not faster (docs/systems.md).
+on the CPU. Both made decode slower, not faster (docs/measurements/memory.md).
 
 Quantization is symmetric: scale = max |w| of the row / 127, rounded to the model's dtype first, so that
 q × scale is exactly what the layer computes with. The retaining heads are not quantized (they are not part of the

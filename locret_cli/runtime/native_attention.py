@@ -1,7 +1,7 @@
 """Attention over locret's cache by a small C kernel of its own, built on this machine for AVX-512 BF16.
 
 torch's CPU flash kernel runs at a fraction of the CPU's bf16 product rate, and a chunk's attention over the kept
-entries was most of a bounded read on the CPUs measured (docs/cpus.md).
+entries was most of a bounded read on the CPUs measured (docs/measurements/attention-kernel.md).
 `native/flash_bf16.c` computes what torch's flash kernel does (bf16 products summed in fp32, an online softmax in
 fp32, probabilities rounded to bf16 for the values' product) for a chunk, its causal part and the kept entries in one
 pass, with no key copied for the heads that share one; and, by a second function that reads the keys as stored, for

@@ -1,15 +1,15 @@
 """bf16 linear layers on the CPU, for one row at a time, through oneDNN's packed weights.
 
-A bf16 `F.linear` with one row of input (every decode step) runs far below these CPUs' memory bandwidth, and
-slower than the same product on packed weights (docs/performance.md). Weights reordered once into oneDNN's
-blocked layout (`torch.ops.mkldnn._reorder_linear_weight`) and multiplied with `_linear_pointwise`, the pair
-torch.compile's CPU backend emits for frozen linears, give the same numbers as `F.linear` for one row. For a
+A bf16 `F.linear` with one row of input (every decode step) runs far below these CPUs' memory bandwidth, and slower
+than the same product on packed weights (docs/measurements/what-makes-it-fast.md). Weights reordered once into
+oneDNN's blocked layout (`torch.ops.mkldnn._reorder_linear_weight`) and multiplied with `_linear_pointwise`, the
+pair torch.compile's CPU backend emits for frozen linears, give the same numbers as `F.linear` for one row. For a
 prefill chunk they round some products' last bit differently (SmolLM2's 576×576 projections at 1,024 rows), which
 can change a greedy answer, and they are barely faster there: chunks keep `F.linear`.
 
 Linears that read the same input (a layer's q, k and v projections; its gate and up projections) share one packed
 weight, so one product serves them all: a decode step's linears take less time than with a packed weight each,
-with the same outputs bit for bit (docs/performance.md).
+with the same outputs bit for bit (docs/measurements/what-makes-it-fast.md).
 
 The packed copy is held beside the original weight, which stays as it is for everything else that reads it
 (state dicts, fingerprints, tied embeddings), so packing costs the linear weights' size again in memory. Only plain

@@ -81,6 +81,6 @@ def train_reader(
     trainer.skip_unkept()
     summary = trainer.train(on_step)
     trainer.save({"model": descriptive_name(session.loaded.name), "data": Path(data).name,
-                  "settings": {k: v for k, v in asdict(session.read_settings()).items() if k != "budget"},
+                  "settings": {k: v for k, v in asdict(session.plan().read).items() if k not in ("budget", "policy")},
                   "final_loss": summary.final_loss})
     return summary

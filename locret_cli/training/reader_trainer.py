@@ -127,7 +127,7 @@ class ReaderTrainer:
         """Record `index`'s budget: its own where it names one, else a share of its `tokens` (whole for an uncut
         one), never below what the settings' stabilizers and the prompt's head need."""
         rng = random.Random(self.config.seed * 1_000_003 + index)
-        settings = self.session.read_settings()
+        settings = self.session.plan().read
         wanted = self.records[index].budget
         if not wanted:
             if rng.random() < self.config.uncut_share:
@@ -147,7 +147,7 @@ class ReaderTrainer:
             path = self.read_path(index)
             if not path.exists():
                 tokens = len(encode_text(self.tokenizer, record.document))
-                settings = self.session.read_settings(budget=self.budget_for(index, tokens))
+                settings = self.session.plan(read={"budget": self.budget_for(index, tokens)}).read
                 document = text_document(record.document, f"record {index + 1}")
                 started = time.perf_counter()
                 reading = self.session.read(document, settings, force=True)
@@ -181,7 +181,7 @@ class ReaderTrainer:
         if index in self.loaded:
             self.loaded.move_to_end(index)
         else:
-            self.loaded[index] = self.session.load(str(self.read_path(index)))
+            self.loaded[index] = self.session.open(str(self.read_path(index)))
             if len(self.loaded) > LOADED_READS:
                 self.loaded.popitem(last=False)
         return self.loaded[index]

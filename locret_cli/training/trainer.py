@@ -189,7 +189,7 @@ class HeadTrainer:
 
     def autocast(self) -> torch.autocast | None:
         """Heads keep float32 weights and compute in bf16 where bf16 is fast (CUDA; CPUs where the dtype probe
-        chose bf16; docs/training.md measures it); None where they compute in float32."""
+        chose bf16; docs/measurements/training.md measures it); None where they compute in float32."""
         if self.fast_bf16:
             return torch.autocast(self.model.device.type, dtype=torch.bfloat16)
         return None

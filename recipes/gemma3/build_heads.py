@@ -7,7 +7,7 @@
 
 The same records and trainer as SmolLM2's heads (`recipes/heads_recipe.py`), on the model named `gemma3-270m`.
 Every layer gets a head, but only the 3 global layers' scores are used: the 15 sliding layers keep their window.
-Costs measured on 2 CPU cores are in docs/real-models.md.
+Costs measured on 2 CPU cores are in research/notes/2026-11-26-gemma3-270m.md.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 from recipes.heads_recipe import arguments, build
 
 NAME = "gemma3-270m"
-# engine settings recorded with the heads (docs/real-models.md): the model's 32,768 positions hold budget + chunk +
+# engine settings recorded with the heads (docs/gemma3.md): the model's 32,768 positions hold budget + chunk +
 # question under compact positions; answers come from the window the question's words locate, read again whole,
 # and from the bounded cache where none is located
 DEFAULTS = {"budget": 4096, "chunk_size": 1024, "stabilizers": 256, "score_pool": 1, "reread": 1, "reread_tokens": 1024,

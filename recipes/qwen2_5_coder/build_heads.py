@@ -7,7 +7,7 @@
 
 The same records and trainer as SmolLM2's heads (`recipes/heads_recipe.py`), on the converted checkpoint that
 `assemble.py` writes, with the keep loss at weight 1. Checkpoints every 250 steps; run it again to resume.
-Costs measured on 2 CPU cores are in docs/real-models.md.
+Costs measured on 2 CPU cores are in docs/qwen.md.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ KEEP_WEIGHT = 1.0
 # read again, answers more of the natural task's validation half (of 50: the 0.5B 9 against 3 from one bounded
 # read, the 1.5B 15 against 7)
 DEFAULTS = {"budget": 4096, "chunk_size": 1024, "stabilizers": 256, "score_pool": 1, "reread": 1, "locate": "words"}
-STEPS = {"0.5b": 500, "1.5b": 500}  # the shipped 0.5B heads: 500 steps of a run planned for 750 (docs/qwen.md)
+# the shipped 0.5B heads: 500 steps of a run planned for 750 (docs/measurements/training.md)
+STEPS = {"0.5b": 500, "1.5b": 500}
 
 
 def main() -> None:

@@ -9,7 +9,7 @@ It writes the training records (prose of the training packages only, `prose.py`)
 resume), then copies the heads,
 with the model's identity and the engine defaults below, into the package (`locret_cli/models/heads/`):
 `recipes/heads_recipe.py`.
-Costs measured on 2 CPU cores are in docs/real-models.md.
+Costs measured on 2 CPU cores are in docs/smollm2.md.
 """
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ from recipes.heads_recipe import arguments, build
 
 NAME = "smollm2-135m-instruct"
 # the keep loss ranks every fact's statement above the rest of its record (`locret train --keep-weight`): the heads
-# then leave a cache the model reads at 128K, where the budget keeps 3% of the document (docs/reader.md)
+# then leave a cache the model reads at 128K, where the budget keeps 3% of the document
+# (docs/measurements/smollm2-reader.md)
 KEEP_WEIGHT = 1.0
-# engine settings recorded with the heads (docs/real-models.md, docs/reader.md): the model's 8,192 positions hold
+# engine settings recorded with the heads (docs/smollm2.md, docs/reader.md): the model's 8,192 positions hold
 # budget + chunk + question under compact positions; answers come from the window the question's words locate, read
 # again whole, and from the bounded cache (with the reader) where none is located or the document does not state the
 # window's answer and states the cache's; that cache keeps its entries in blocks of 8 tokens, which the reader was

@@ -73,7 +73,7 @@ def main() -> None:
     data = args.out / "train.jsonl"
     session = load_session("smollm2", device="cpu", dtype="bf16", reader="off")
     if args.heads:
-        session = Session(session.loaded, load_heads(args.heads, session.loaded.model), session.policy, None)
+        session = Session(session.loaded, load_heads(args.heads, session.loaded.model), None)
     chosen = {name: value for name, value in (("span", args.span), ("lazy_after", args.lazy_after))
               if value is not None}
     if chosen:
@@ -81,7 +81,7 @@ def main() -> None:
     batches = [reader_data.Batch(args.documents, args.lengths, args.facts),
                reader_data.Batch(args.crowded, args.lengths, args.crowded_facts, crowded=True),
                reader_data.Batch(args.long, args.long_lengths, RECIPE["long_facts"],
-                                 budget=session.read_settings().budget)]
+                                 budget=session.plan().read.budget)]
     if not data.exists():
         paragraphs = prose.paragraphs(prose.TRAIN_PACKAGES, args.prose_packages)
         reader_data.write(paragraphs, data, batches, args.seed)
@@ -92,7 +92,7 @@ def main() -> None:
     if not args.install_only:
         train(session, data, args.out, config)
     if not args.no_install:
-        read = session.read_settings()
+        read = session.plan().read
         data_meta = {"documents": args.documents, "lengths": args.lengths, "facts": args.facts,
                      "crowded": args.crowded, "crowded_facts": args.crowded_facts, "long": args.long,
                      "long_lengths": args.long_lengths, "long_facts": RECIPE["long_facts"],

@@ -39,7 +39,7 @@ def read_engine(model, budget: int, chunk: int, steps: int) -> tuple[Engine, int
     torch.manual_seed(0)
     heads = RetainingHeads.for_model(model, 256).eval()
     engine, _, tokenizer = filled_engine(model, heads, budget, chunk, 2 * (budget + chunk), steps - 1)
-    return engine, engine.pick(engine.forward(tokenizer.encode("What is the pass key?"), score=False))
+    return engine, engine.sampler.pick(engine.forward(tokenizer.encode("What is the pass key?"), score=False))
 
 
 def prepare(model, mode: str) -> None:

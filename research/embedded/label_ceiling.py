@@ -127,7 +127,7 @@ def main() -> None:
             rows[name].append((scores, spans))
         for name, scorer in heads.items():
             policy = RecordingPolicy(scorer, settings.score_pool)
-            Session(loaded, scorer, "locret").read(text_document(text), settings, force=True, policy=policy)
+            Session(loaded, scorer).read(text_document(text), settings, force=True, policy=policy)
             rows[name].append(([torch.cat(policy.scores[i], -1) for i in sorted(policy.scores)], spans))
     first = rows[next(iter(LABELS))][0][0]
     columns = [f"layer {layer} KV {head}" for layer in range(len(first)) for head in range(first[0].shape[0])]

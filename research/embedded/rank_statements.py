@@ -67,7 +67,7 @@ def rank_document(loaded, heads, text: str, facts, settings: ReadSettings,
     spans = spans_in(tokenizer, ids, facts)
     in_statement = statement_mask(len(ids), spans)
     policy = RecordingPolicy(heads, settings.score_pool)
-    reading = Session(loaded, heads, "locret").read(text_document(text), settings, force=True, policy=policy)
+    reading = Session(loaded, heads).read(text_document(text), settings, force=True, policy=policy)
     medians, last_layer, clauses = [], [], []
     near_statement, clause_ends = statement_mask(len(ids), spans, settings.score_pool // 2), after_is(tokenizer, ids)
     final = max(policy.scores)

@@ -31,15 +31,16 @@ def main() -> None:
     session = load_session(ModelSpec(arch=args.arch, policy=args.policy))
     sample = generated_samples("needle", session.loaded.tokenizer, args.tokens, 1)[0]
     question = sample.questions[0].question
-    settings = session.read_settings(budget=args.budget)
+    settings = session.plan(read={"budget": args.budget}).read
     reading = session.read(sample.document, settings, force=True, questions=[question])
-    answering = session.answer_settings(max_new_tokens=args.steps, stop_repeats=0, reread=0)
+    answering = session.plan(answer={"max_new_tokens": args.steps, "stop_repeats": 0, "reread": 0}).answer
     print(f"{args.arch}, {args.policy}, {args.tokens} tokens, device {session.loaded.model.device}")
     for answer in ("first", "second", "third"):
         result = reading.ask(question, answering, sources=0)
-        per_step = 1000 * result.decode_s / max(result.decode_steps, 1)
-        print(f"{answer} answer: {result.decode_steps} steps, {per_step:.1f} ms a step, "
-              f"time to first token {result.time_to_first_token_s:.2f} s")
+        speed = result.speed
+        per_step = 1000 * speed.decode_s / max(speed.decode_steps, 1)
+        print(f"{answer} answer: {speed.decode_steps} steps, {per_step:.1f} ms a step, "
+              f"time to first token {speed.time_to_first_token_s:.2f} s")
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
     with profile(activities=activities) as prof:
         reading.ask(question, answering, sources=0)

@@ -1,5 +1,5 @@
 """Why eviction loses facts on SmolLM2: where the labels and the heads rank a fact's tokens, what the cache holds
-after a long read, and how accuracy moves with the budget. Figures in docs/real-models.md.
+after a long read, and how accuracy moves with the budget. Figures in docs/measurements/smollm2-choices.md.
 
     python -m research.smollm2.diagnose ranks --prose-packages runs/prose-packages       # dev prose, 3K tokens
     python -m research.smollm2.diagnose kept --prose-packages runs/prose-packages        # dev prose, 32K tokens
@@ -64,7 +64,7 @@ def kept(session: Session, paragraphs: list[str]) -> None:
     with tempfile.NamedTemporaryFile("w", suffix=".txt") as f:
         f.write(document.text)
         f.flush()
-        reading = session.read(f.name, session.read_settings(budget=1024))
+        reading = session.read(f.name, session.plan(read={"budget": 1024}).read)
     tokenizer = session.loaded.tokenizer
     ids = encode_text(tokenizer, document.text)
     pinned = reading.engine.pinned
@@ -84,9 +84,9 @@ def budgets(session: Session, paragraphs: list[str], choices: list[str]) -> None
             with tempfile.NamedTemporaryFile("w", suffix=".txt") as f:
                 f.write(document.text)
                 f.flush()
-                reading = session.read(f.name, session.read_settings(budget=budget, score_pool=pool))
+                reading = session.read(f.name, session.plan(read={"budget": budget, "score_pool": pool}).read)
             for fact in document.facts:
-                answer = reading.ask(fact.question, session.answer_settings(max_new_tokens=24)).answer
+                answer = reading.ask(fact.question, session.plan(answer={"max_new_tokens": 24}).answer).answer
                 right += contains_match(answer, fact.answer)
                 total += 1
         print(f"budget {budget}, score pool {pool}: {right}/{total}", flush=True)

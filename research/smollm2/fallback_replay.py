@@ -17,7 +17,7 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-from benchmarks.smollm2.reader_routes import dev_questions, kinds_questions
+from benchmarks.reader_routes import dev_questions, kinds_questions
 from locret_cli.api import load_session
 from locret_cli.checks.grounding import DocumentText, ground
 

@@ -35,7 +35,7 @@ def dev_records(count: int, tokens: int, packages: Path | None) -> list[dict]:
 def accuracy(readings, records, reader, label: str, log) -> float:
     right = total = 0
     for reading, record in zip(readings, records):
-        reading.engine.reader = reader
+        reading.engine = reading.engine.with_reader(reader)
         answering = replace(reading.answering, reread=0, max_new_tokens=32)
         for item in record["questions"]:
             answer = reading.ask(item["question"], answering, sources=0).answer
@@ -77,14 +77,14 @@ def main() -> None:
     dev = dev_records(args.dev_documents, args.tokens, args.prose_packages)
     dev_dir = args.out / "dev-reads"
     dev_dir.mkdir(exist_ok=True)
-    settings = session.read_settings(budget=trainer.budget_for(0, args.tokens))
+    settings = session.plan(read={"budget": trainer.budget_for(0, args.tokens)}).read
     for i, record in enumerate(dev):
         path = dev_dir / f"{i:04d}.locret"
         if not path.exists():
             document = text_document(record["document"], f"dev {i}")
             save_reading(session.read(document, settings, force=True), path, session.heads)
     train_readings = [trainer.reading(i) for i in range(len(records))]
-    dev_readings = [session.load(str(dev_dir / f"{i:04d}.locret")) for i in range(len(dev))]
+    dev_readings = [session.open(str(dev_dir / f"{i:04d}.locret")) for i in range(len(dev))]
     log = (args.out / "answers.jsonl").open("a")
     resumed = trainer.resume()
     if not resumed:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import VOCAB
+from helpers.models import VOCAB
 
 from benchmarks.embedded.diagnose import (
     LabelOracle,
@@ -22,6 +22,7 @@ from locret_cli.core.engine import Engine
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.core.policies.locret import LocretPolicy
 from locret_cli.core.policies.streaming import StreamingPolicy
+from locret_cli.inputs.prompt import PromptTokens
 from locret_cli.settings import ReadSettings
 
 
@@ -34,7 +35,7 @@ def test_label_oracle_keeps_each_layers_top_labelled_entries(llama):
     layers, kv_heads = llama.config.num_hidden_layers, llama.config.num_key_value_heads
     labels = torch.randn(layers, kv_heads, n, generator=torch.Generator().manual_seed(3))
     settings = ReadSettings(budget=budget, chunk_size=n, stabilizers=0, positions="original")
-    engine = Engine(llama, LabelOracle(labels), settings, stop_ids={1})
+    engine = Engine(llama, LabelOracle(labels), settings, PromptTokens(stop_ids=frozenset({1})))
     engine.prefill_chunk(torch.randint(2, VOCAB, (n,), generator=torch.Generator().manual_seed(4)).tolist())
     for layer_idx, layer in enumerate(engine.cache.layers):
         for head in range(kv_heads):
@@ -44,7 +45,8 @@ def test_label_oracle_keeps_each_layers_top_labelled_entries(llama):
 
 def test_label_oracle_refuses_tokens_it_has_no_label_for(llama):
     labels = torch.zeros(llama.config.num_hidden_layers, llama.config.num_key_value_heads, 4)
-    engine = Engine(llama, LabelOracle(labels), ReadSettings(budget=2, chunk_size=6, stabilizers=0), stop_ids={1})
+    engine = Engine(llama, LabelOracle(labels), ReadSettings(budget=2, chunk_size=6, stabilizers=0),
+                    PromptTokens(stop_ids=frozenset({1})))
     with pytest.raises(ValueError, match="tokenized differently"):
         engine.prefill_chunk([5, 6, 7, 8, 9, 10])
 
@@ -54,7 +56,8 @@ def test_statement_keeper_keeps_statements_in_the_named_layers_only(llama):
     torch.manual_seed(0)
     heads = RetainingHeads.for_model(llama, hidden=8).eval()
     settings = ReadSettings(budget=budget, chunk_size=16, stabilizers=0, positions="original")
-    engine = Engine(llama, StatementKeeper(LocretPolicy(heads), spans, {1}), settings, stop_ids={1})
+    engine = Engine(llama, StatementKeeper(LocretPolicy(heads), spans, {1}), settings,
+                    PromptTokens(stop_ids=frozenset({1})))
     for start in range(0, n, 16):
         engine.prefill_chunk(torch.randint(2, VOCAB, (16,), generator=torch.Generator().manual_seed(start)).tolist())
     statement = [5, 6, 7, 8, 30, 31, 32, 33]
@@ -67,7 +70,7 @@ def test_statement_keeper_over_recency_keeps_statements_in_every_layer_and_the_n
     n, budget, spans = 48, 12, [(5, 9), (20, 22)]
     settings = ReadSettings(budget=budget, chunk_size=16, stabilizers=0, positions="original")
     rest = StreamingPolicy(llama.config.num_key_value_heads, sinks=0)
-    engine = Engine(llama, StatementKeeper(rest, spans), settings, stop_ids={1})
+    engine = Engine(llama, StatementKeeper(rest, spans), settings, PromptTokens(stop_ids=frozenset({1})))
     for start in range(0, n, 16):
         engine.prefill_chunk(torch.randint(2, VOCAB, (16,), generator=torch.Generator().manual_seed(start)).tolist())
     for layer in engine.cache.layers:

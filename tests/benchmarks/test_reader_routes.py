@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.smollm2.reader_routes import reads
+from benchmarks.reader_routes import reads
 from locret_cli.bench import natural
 from locret_cli.errors import SettingError
 

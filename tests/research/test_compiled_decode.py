@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import tiny_model
+from helpers.models import tiny_model
 
 from research.cpu import compiled_decode
 

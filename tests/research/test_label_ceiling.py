@@ -4,7 +4,7 @@ keep exactly the statements whose best score beats the filler's quantile."""
 from __future__ import annotations
 
 import torch
-from conftest import VOCAB, tiny_model
+from helpers.models import VOCAB, tiny_model
 
 from locret_cli.core.attention.probe import observe_attention
 from research.embedded.label_ceiling import MASS_FLOOR, attention_mass, kept_counts

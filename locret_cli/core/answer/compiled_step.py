@@ -1,20 +1,20 @@
-"""A decode step compiled whole by inductor, as gpt-fast compiles its decoder, for Llama-family models on the CPU
-(`--compile-decode`).
+"""A decode step compiled whole by inductor, as gpt-fast compiles its decoder, for the families whose decoder layers
+are the plain Llama shape (`core/families.py`), on the CPU (`--compile-decode`).
 
-The own step (`decode_step.py`) runs the model's modules eagerly: about 1,500 small ops a step for SmolLM2-135M, each
-paying the dispatcher, which on a small CPU costs about as much as the linears (docs/decode.md, docs/cpus.md). This
-step is one function of the model's weights, traced once into one graph: the model's own norms and rotary embedding,
-the projections that read one input as one product, the MLP, the head; inductor's freezing
-folds the weights in, packed for oneDNN. The cache stays locret's: the step writes the new entry into the layer's
-preallocated buffers at a slot given as a tensor, the buffers' length symbolic (so nothing recompiles from one step
-or one answer to the next), and attends over the filled slots through
-`cache_attention`, the attention the own step uses, called as one opaque op. An observer in force (citations' tally)
-hears every layer's query and keys, as it would from the model's attention.
+The own step (`decode_step.py`) runs the model's modules eagerly: about 1,500 small ops a step for SmolLM2-135M,
+each paying the dispatcher, which on a small CPU costs about as much as the linears (docs/measurements/decode.md,
+docs/measurements/cpus.md). This step is one function of the model's weights, traced once into one graph: the
+model's own norms and rotary embedding, the projections that read one input as one product, the MLP, the head;
+inductor's freezing folds the weights in, packed for oneDNN. The cache stays locret's: the step writes the new entry
+into the layer's preallocated buffers at a slot given as a tensor, the buffers' length symbolic (so nothing
+recompiles from one step or one answer to the next), and attends over the filled slots through `cache_attention`,
+the attention the own step uses, called as one opaque op. An observer in force (citations' tally) hears every
+layer's query and keys, as it would from the model's attention.
 
 It answers for what the own step fits and the graph holds: a CPU, no forward hooks on the model's modules (a reader
-in force), an unquantized cache and a rotary embedding whose frequencies do not change with length. Otherwise the own
-step answers. Compiling takes tens of seconds and some memory once per process (`docs/decode.md`); the step
-pays for itself only over long answers or many questions.
+in force), an unquantized cache and a rotary embedding whose frequencies do not change with length. Otherwise the
+own step answers. Compiling takes tens of seconds and some memory once per process (`docs/measurements/decode.md`);
+the step pays for itself only over long answers or many questions.
 """
 
 from __future__ import annotations
@@ -28,11 +28,11 @@ from torch import nn
 from locret_cli.core.answer.decode_step import DecodeStep, count_step
 from locret_cli.core.attention.over_cache import cache_attention
 from locret_cli.core.attention.probe import observer_in_force
+from locret_cli.core.attention.rope import LENGTH_DEPENDENT_ROPE_TYPES
 from locret_cli.core.cache.bounded import LocretCache
 from locret_cli.core.transformers_internals import LlamaDecoder
 
 ATTRIBUTE = "locret_compiled_step"  # the model's compiled step, once `compile_decode` gave it one
-DYNAMIC_ROPE = ("dynamic", "longrope")
 
 
 def attend_filled(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, filled: torch.Tensor,
@@ -142,7 +142,7 @@ class CompiledStep:
     @staticmethod
     def fits(model) -> bool:
         rope = (getattr(model.config, "rope_parameters", None) or {}).get("rope_type", "default")
-        return DecodeStep.fits(model) and model.device.type == "cpu" and rope not in DYNAMIC_ROPE
+        return DecodeStep.fits(model) and model.device.type == "cpu" and rope not in LENGTH_DEPENDENT_ROPE_TYPES
 
     def __call__(self, token_id: torch.Tensor, position: torch.Tensor, cache: LocretCache) -> torch.Tensor:
         if cache.kv_bits != 16 or torch.is_grad_enabled() or any(m._forward_hooks or m._forward_pre_hooks

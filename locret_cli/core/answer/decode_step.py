@@ -1,4 +1,5 @@
-"""One decode step of locret's own for Llama-family decoders, over the engine's cache.
+"""One decode step of locret's own for the families whose decoder layers are the plain Llama shape
+(`core/families.py`), over the engine's cache.
 
 transformers' forward for one token spends more time on its glue than on its arithmetic at this size: keyword
 plumbing and deprecation wrappers at every layer, output records, a mask builder that returns nothing. This step
@@ -16,12 +17,10 @@ from contextlib import contextmanager
 import torch
 
 from locret_cli.core.cache.bounded import LocretCache
+from locret_cli.core.families import has_plain_llama_layers
 from locret_cli.core.shape import layer_windows
 from locret_cli.core.transformers_internals import attention_in_force, llama_decoder
 
-# model types whose decoder layer is: norm, attention (q/k/v/o projections, RoPE, no q/k norm), residual, norm,
-# MLP, residual, with no sliding window
-FAMILIES = ("llama", "mistral", "qwen2")
 _counters: list[Callable[[int], None]] = []  # each hears the entries cached before every step (`counting_steps`)
 
 
@@ -51,7 +50,7 @@ class DecodeStep:
     @staticmethod
     def fits(model) -> bool:
         """Whether the model is one whose decoder layers this step computes exactly as transformers does."""
-        return model.config.model_type in FAMILIES and not any(layer_windows(model.config))
+        return has_plain_llama_layers(model.config.model_type) and not any(layer_windows(model.config))
 
     def __call__(self, token_id: torch.Tensor, position: torch.Tensor, cache: LocretCache) -> torch.Tensor:
         """token_id and position (1, 1); the cache's next entries are already staged."""

@@ -1,5 +1,5 @@
 """Where in the document an answer looked: windows of token indices around the attention it paid, for re-reading
-them with a full cache (`api/reread.py`)."""
+them with a full cache (`core/answer/reread.py`)."""
 
 from __future__ import annotations
 

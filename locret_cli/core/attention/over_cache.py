@@ -11,11 +11,11 @@ masked half of the chunk's own block. Here, instead:
   each output is weighted by the share of the softmax mass its keys hold, exp(lse_part - lse_all), the log-sum-exps
   that the flash kernels return (`aten::_scaled_dot_product_flash_attention_for_cpu`, and on CUDA
   `aten::_scaled_dot_product_flash_attention`, which needs bf16 or fp16).
-- One query (a decode step) is the past case with every entry visible: its heads stacked per KV head, one flash
-  call in the model's dtype. SDPA of one query in bf16 runs several times slower, and casting the cache to fp32
-  copies every entry at every step (`benchmarks/kernel_microbench.py one-query`, docs/cpus.md). On CUDA, SDPA of
-  one query with fewer KV heads than heads falls back to plain matrix products, whose shapes change at every step:
-  the first answer over a read decoded several times slower than a second (docs/gpu.md).
+- One query (a decode step) is the past case with every entry visible: its heads stacked per KV head, one flash call
+  in the model's dtype. SDPA of one query in bf16 runs several times slower, and casting the cache to fp32 copies
+  every entry at every step (`benchmarks/kernel_microbench.py one-query`, docs/measurements/zen4.md). On CUDA, SDPA
+  of one query with fewer KV heads than heads falls back to plain matrix products, whose shapes change at every
+  step: the first answer over a read decoded several times slower than a second (docs/measurements/gpu.md).
 
 - A sliding layer (`sliding_window` set) holds its entries contiguous, in order (`core/cache/bounded.py`), so each query sees
   itself and the window - 1 entries before it: `sliding_attention` drops the entries no query sees, a decode step

@@ -5,7 +5,7 @@ and s its attention scaling. Turning k_p back by p·f gives s · k, which no pos
 that forward by p'·f' gives s · R(p'·f') k, exactly what the model would have stored for position p' under
 frequencies f'. That covers compact renumbering (p -> p', same f) and longrope / dynamic-NTK frequency switches
 (same p, f -> f'). The cache keeps s · k once a key first moves and turns every later move from it, so a key's
-error does not grow with the number of moves (docs/engine.md, "No drift"). The frequencies come from the model's own
+error does not grow with the number of moves (docs/cache.md, "No drift"). The frequencies come from the model's own
 rotary module, so Llama 3 scaling, linear, YaRN and longrope factors are whatever transformers computes for the model.
 """
 
@@ -13,21 +13,19 @@ from __future__ import annotations
 
 import torch
 
+from locret_cli.core.families import family_of
 from locret_cli.core.shape import FULL, SLIDING
 from locret_cli.errors import LocretError
 
-SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma3_text")
 SUPPORTED_ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn", "longrope")
 LENGTH_DEPENDENT_ROPE_TYPES = ("dynamic", "longrope")  # their frequencies change with the positions a forward sees
 
 
 def check_supported(config) -> None:
-    """Refuse, in one line, a model whose positional scheme locret cannot re-rotate."""
+    """Refuse, in one line, a model of a family locret does not drive (`core/families.py`) or whose positional
+    scheme it cannot re-rotate."""
+    family_of(config)
     config = config.get_text_config(decoder=True)
-    if config.model_type not in SUPPORTED_MODEL_TYPES:
-        raise LocretError(
-            f"model type {config.model_type!r} is not supported; locret handles {', '.join(SUPPORTED_MODEL_TYPES)}"
-        )
     rope = getattr(config, "rope_parameters", None) or {}
     per_kind = FULL in rope or SLIDING in rope  # Gemma 3: one set of parameters per kind of layer
     for params in rope.values() if per_kind else [rope]:

@@ -166,7 +166,8 @@ class ScoredLayer(CacheLayerMixin):
     def _gathered(self, keep: torch.Tensor, names: set[str]) -> dict[str, torch.Tensor]:
         """Fields `names`' entries `keep` (B, kv_heads, k), as stored, each (B, kv_heads, k[, ...]). One index_select
         over the buffer with its heads laid end to end gives what `gather` along the entries does, much faster for
-        keys and values on a CPU, where `gather` indexes every element (docs/performance.md, item 7)."""
+        keys and values on a CPU, where `gather` indexes every element
+        (docs/measurements/what-makes-it-fast.md, item 7)."""
         batch, heads, kept = keep.shape
         capacity = self.buffers.capacity
         head_starts = torch.arange(0, batch * heads * capacity, capacity, device=keep.device).view(batch, heads, 1)

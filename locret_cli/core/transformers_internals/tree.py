@@ -119,7 +119,7 @@ class LlamaDecoder:
 
 
 def llama_decoder(model) -> LlamaDecoder:
-    """The modules of a Llama-family model (llama, mistral, qwen2), read once."""
+    """The modules of a model whose decoder layers are the plain Llama shape (`core/families.py`), read once."""
     decoder = decoder_stack(model)
     layers = tuple(
         LlamaLayer(layer.input_layernorm, layer.self_attn, layer.self_attn.q_proj, layer.self_attn.k_proj,

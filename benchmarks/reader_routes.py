@@ -24,9 +24,9 @@ Sets: `dev` (`evaluate.py`'s dev documents: pass keys, codes and people in prose
 --lengths names the rows only; given both, each document is read once for the two). Rows go to --out
 as each document finishes; a rerun skips the configurations a document has rows for (--configs picks some).
 
-    python -m benchmarks.smollm2.reader_routes --out runs/reader-routes.jsonl --sets dev,kinds --lengths 32000 \\
+    python -m benchmarks.reader_routes --out runs/reader-routes.jsonl --sets dev,kinds --lengths 32000 \\
         --documents 4
-    python -m benchmarks.smollm2.reader_routes --out runs/reader-routes.jsonl --report
+    python -m benchmarks.reader_routes --out runs/reader-routes.jsonl --report
 
 `--candidate DIR` asks every configuration that has a reader a second time of the same read, with the reader in
 DIR, as `...+candidate` (two readers compared for the price of one read per document).
@@ -90,9 +90,9 @@ def run(session: Session, policy: str, sets: list[str], lengths: list[int], coun
     label = oracle or policy
     done = {(r["set"], r["length"], r["policy"], r["document"], r["config"]) for r in read_rows(out)}
     reader = session.reader
-    runner = Session(session.loaded, session.heads, policy, reader)
-    settings = runner.read_settings(**overrides)
-    base = runner.answer_settings(max_new_tokens=32)
+    runner = Session(replace(session.loaded, defaults={**session.loaded.defaults, "policy": policy}), session.heads, reader)
+    settings = runner.plan(read={**overrides}).read
+    base = runner.plan(answer={"max_new_tokens": 32}).answer
     wanted = {n: (c, reader if with_reader else None) for n, (c, with_reader) in CONFIGS.items()
               if (not with_reader or reader is not None) and n in chosen}
     if candidate is not None:
@@ -111,7 +111,7 @@ def run(session: Session, policy: str, sets: list[str], lengths: list[int], coun
                 rows = []
                 for question in questions:
                     for config, (changed, config_reader) in todo[name].items():
-                        reading.engine.reader = config_reader
+                        reading.engine = reading.engine.with_reader(config_reader)
                         answering = replace(base, **changed)
                         result = reading.ask(question.question, answering, sources=0)
                         verdict = question.verdict(result.answer, reading.document_text())
@@ -120,7 +120,7 @@ def run(session: Session, policy: str, sets: list[str], lengths: list[int], coun
                                      "expected": [question.answer, *question.parts], "answer": result.answer,
                                      "correct": verdict == "right", "route": result.route, "verdict": verdict,
                                      "tokens": result.document.tokens, "read_s": reading.read_s,
-                                     "time_to_first_token_s": result.time_to_first_token_s - reading.read_s,
+                                     "time_to_first_token_s": result.speed.time_to_first_token_s - reading.read_s,
                                      "peak_bytes": peak_memory(session.loaded.model.device)[0],
                                      "settings": {"budget": settings.budget, "chunk_size": settings.chunk_size,
                                                   "stabilizers": settings.stabilizers, "span": settings.span,

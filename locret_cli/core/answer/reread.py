@@ -23,10 +23,10 @@ import torch
 from locret_cli.core.answer.citations import AttentionTally
 from locret_cli.core.answer.locate import attention_per_token, best_windows, question_words_per_token
 from locret_cli.core.engine import Engine, Generation
-from locret_cli.core.policies.full import FullPolicy
+from locret_cli.inputs.document_numbers import DocumentNumbers
 from locret_cli.inputs.sources import Source, SourceMap, TokenChunk, top_sources, units_best
 from locret_cli.inputs.tokenizer import encode_text
-from locret_cli.settings import AnswerSettings, ReadSettings
+from locret_cli.settings import AnswerSettings
 
 PROBE_TOKENS = 16  # the first pass's answer is cut here: its attention is what locates
 SEPARATOR = "\n\n[...]\n\n"  # between windows, where text was left out
@@ -58,7 +58,8 @@ class WindowAnswer:
 
 
 def locate(reader: Engine, input_ids: torch.Tensor, pinned: int, question_ids: list[int], words: list[int],
-           answering: AnswerSettings) -> tuple[list[tuple[int, int]], torch.Tensor, float]:
+           answering: AnswerSettings,
+           numbers: DocumentNumbers | None = None) -> tuple[list[tuple[int, int]], torch.Tensor, float]:
     """The windows of the input to read again for `question_ids` (the question in its chat layout), the signal per
     token index that named them, and how long finding them took. `locate` "attention": where a probe answer on a
     fork of `reader` looked among the kept entries; "words": where the question's rarer tokens (`words`, the
@@ -67,7 +68,7 @@ def locate(reader: Engine, input_ids: torch.Tensor, pinned: int, question_ids: l
     if answering.locate in ("attention", "both"):
         probe = reader.fork(replace(answering, max_new_tokens=min(PROBE_TOKENS, answering.max_new_tokens)))
         tally = AttentionTally(len(probe.cache.layers), reader.kept_tokens)
-        generation = probe.answer(question_ids, tally=tally)
+        generation = probe.answer(question_ids, tally=tally, numbers=numbers)
         origins, weights = tally.origin_weights(reader.cache, probe.cache)
         signals.append(attention_per_token(origins, weights, len(input_ids), pinned))
         probe_s = generation.time_to_first_token_s + generation.decode_s
@@ -80,26 +81,27 @@ def locate(reader: Engine, input_ids: torch.Tensor, pinned: int, question_ids: l
 
 
 def answer_from_windows(reader: Engine, tokenizer, input_ids: torch.Tensor, source_map: SourceMap, question: str,
-           question_ids: list[int], answering: AnswerSettings, sources: int, on_token=None) -> WindowAnswer | None:
+                        question_ids: list[int], answering: AnswerSettings, sources: int, on_token=None,
+                        numbers: DocumentNumbers | None = None) -> WindowAnswer | None:
     """Answer `question_ids` from the windows `locate` names, read whole after the prompt's head (with `hops` 2,
     then from those and the windows the first answer's words locate); None when nothing names a window (then the
-    bounded cache answers)."""
+    bounded cache answers). `numbers` are the document's, for `numbers_from_document`."""
     pinned = reader.pinned
     spans, signal, locate_s = locate(reader, input_ids, pinned, question_ids, encode_text(tokenizer, question),
-                                     answering)
+                                     answering, numbers)
     if not spans:
         return None
     hops = [1] * len(spans)
     two = answering.hops > 1
     generation, engine, read_s = read_and_answer(reader, tokenizer, input_ids, spans, question_ids, answering,
-                                                 None if two else on_token)
+                                                 None if two else on_token, numbers)
     extra_s = locate_s + read_s
     if two:
         found = second_hop(tokenizer, input_ids, pinned, spans, generation.token_ids, answering)
         extra_s += generation.time_to_first_token_s + generation.decode_s
         spans, hops = merged(spans, found)
         generation, engine, read_s = read_and_answer(reader, tokenizer, input_ids, spans, question_ids, answering,
-                                                     on_token)
+                                                     on_token, numbers)
         extra_s += read_s
     windows = [Window(first, end, window_label(source_map, first, end), hop) for (first, end), hop in
                zip(spans, hops)]
@@ -137,23 +139,20 @@ def merged(first: list[tuple[int, int]], second: list[tuple[int, int]]) -> tuple
 
 
 def read_and_answer(reader: Engine, tokenizer, input_ids: torch.Tensor, spans: list[tuple[int, int]],
-                    question_ids: list[int], answering: AnswerSettings, on_token=None) -> tuple[Generation, Engine, float]:
-    """Read the prompt's head and the windows `spans` whole, with a full cache, and answer; (the generation, its
-    engine, how long reading the windows took)."""
+                    question_ids: list[int], answering: AnswerSettings, on_token=None,
+                    numbers: DocumentNumbers | None = None) -> tuple[Generation, Engine, float]:
+    """Read the prompt's head and the windows `spans` whole, with a full cache (`Engine.over_text`), and answer;
+    (the generation, its engine, how long reading the windows took)."""
     separator = encode_text(tokenizer, SEPARATOR)
     ids = input_ids[:reader.pinned].tolist()
     for first, end in spans:
         ids += separator + input_ids[first:end].tolist()
     ids += separator
-    settings = ReadSettings(budget=len(ids), chunk_size=reader.settings.chunk_size, stabilizers=0,
-                            positions="original")
-    engine = Engine(reader.model, FullPolicy(), settings, reader.stop_ids, reader.pinned, answering,
-                    line_ends=reader.line_ends, words=reader.words)
-    engine.numbers = reader.numbers
-    size, started = settings.chunk_size, engine.clock()
+    engine = reader.over_text(len(ids), answering)
+    size, started = engine.settings.chunk_size, engine.clock()
     engine.read(TokenChunk(ids[i:i + size], None, None, 0) for i in range(0, len(ids), size))
     read_s = engine.clock() - started
-    return engine.answer(question_ids, on_token=on_token), engine, read_s
+    return engine.answer(question_ids, on_token=on_token, numbers=numbers), engine, read_s
 
 
 def window_label(source_map: SourceMap, first: int, end: int) -> str:

@@ -1,0 +1,35 @@
+"""What the engine's tests feed it: random token ids cut into chunks, and policies with hand-made scores."""
+
+from __future__ import annotations
+
+import torch
+
+from helpers.models import VOCAB
+from locret_cli.core.policies import Policy
+from locret_cli.inputs.sources import TokenChunk
+
+
+class TablePolicy(Policy):
+    """Hand-made scores: table[h, i] is the score of token i in KV head h (every layer alike)."""
+
+    name = "table"
+
+    def __init__(self, table: torch.Tensor):
+        self.table = table
+
+    def score(self, layer_idx, q, k, v, token_index):
+        return self.table[:, token_index].unsqueeze(0).clone()
+
+
+def chunks_of(ids: list[int], size: int) -> list[TokenChunk]:
+    return [TokenChunk(ids[i:i + size], None, None, i + len(ids[i:i + size])) for i in range(0, len(ids), size)]
+
+
+def random_ids(n: int, seed: int = 1) -> list[int]:
+    return torch.randint(2, VOCAB, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+def distinct_table(kv_heads: int, n: int) -> torch.Tensor:
+    """Head 0 prefers early tokens, head 1 a scrambled order: no ties, different choices per head."""
+    rows = [-torch.arange(n, dtype=torch.float32), ((torch.arange(n) * 37) % 101).float() + torch.arange(n) / 1000]
+    return torch.stack([rows[h % 2] for h in range(kv_heads)])
