@@ -48,7 +48,7 @@ def test_gemma3_comes_with_its_heads_settings_and_a_completion_prompt(session):
     settings = session.plan().read
     assert (settings.budget, settings.chunk_size, settings.stabilizers) == (4096, 1024, 256)
     tokenizer = session.loaded.tokenizer
-    assert not tokenizer.chat_template and session.line_ends
+    assert not tokenizer.chat_template and session.prompt.line_ends
     prompt = build_prompt(tokenizer, "Q?")
     assert prompt.prefix_ids == [tokenizer.bos_token_id]
     assert tokenizer.decode(prompt.question_ids).endswith("Question: Q?\nAnswer:")

@@ -54,7 +54,8 @@ def test_attention_per_token_sums_over_heads_and_skips_the_prompt_head():
 def reading(tmp_path):
     session = Session(LoadedModel(tiny_model("llama"), byte_tokenizer(), "tiny llama", {"policy": "streaming"}), None)
     (tmp_path / "doc.txt").write_text(TEXT)
-    return session, session.read(str(tmp_path / "doc.txt"), ReadSettings(budget=96, chunk_size=64, stabilizers=16))
+    settings = ReadSettings(policy="streaming", budget=96, chunk_size=64, stabilizers=16)
+    return session, session.read(str(tmp_path / "doc.txt"), settings)
 
 
 def test_the_second_pass_reads_exactly_the_windows_the_first_pass_named(reading):
