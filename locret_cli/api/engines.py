@@ -21,6 +21,6 @@ def build_engine(model, plan: Plan, policy: Policy, reader: ReaderAdapter | None
     """An engine for `model` that reads and answers as `plan` says, with `policy` (built for the plan's, or an
     evaluation's oracle in its place), `reader` in force for answers, and `question_ids` read after every chunk by a
     policy that reads with its questions."""
-    room = plan.cache_entries() if policy.evicts else 0
-    return Engine(model, policy, plan.read, plan.prompt, plan.answer, room=room or 0, question_ids=question_ids,
+    room = (plan.cache_entries() or 0) if policy.evicts else 0  # a full cache grows as entries come
+    return Engine(model, policy, plan.read, plan.prompt, plan.answer, room=room, question_ids=question_ids,
                   reader=reader)
