@@ -48,7 +48,7 @@ def train_reader(
     """Train a reader for MODEL and its heads on DATA and save it in OUT. Each document is read once with the
     model's heads and recorded settings, at a budget that keeps between --kept-min and --kept-max of it; the
     reader then learns to answer each question from that bounded cache."""
-    from locret_cli.api import Session, load_session
+    from locret_cli.api import load_session
     from locret_cli.training import ReaderConfig
     from locret_cli.training import train_reader as fit
 
@@ -65,9 +65,6 @@ def train_reader(
                           uncut_share=uncut_share, save_every=save_every, seed=seed, min_kept_share=min_kept_share)
     with err.status(Text(f"loading {spec.model or 'the embedded model'}"), spinner="dots"):
         session = load_session(replace(spec, reader="off"), reads_with=policy or DEFAULT_POLICY)
-    if policy is not None:  # the documents are read with it, as if the model had recorded it
-        loaded = session.loaded
-        session = Session(replace(loaded, defaults={**loaded.defaults, "policy": policy}), session.heads)
     bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), TaskProgressColumn(),
                    TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
                    console=err, transient=True)
@@ -76,7 +73,8 @@ def train_reader(
         summary = fit(session, data, out, config, resume=resume, overwrite=overwrite,
                       warn=lambda message: warn(err, message),
                       on_read=lambda done, total: bar.update(reads, completed=done, total=total),
-                      on_step=lambda r: bar.update(training, completed=r.step, info=f"loss {r.loss:.4f}"))
+                      on_step=lambda r: bar.update(training, completed=r.step, info=f"loss {r.loss:.4f}"),
+                      read={} if policy is None else {"policy": policy})
     if as_json:
         sys.stdout.write(json.dumps(asdict(summary)) + "\n")
     else:

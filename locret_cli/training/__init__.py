@@ -3,7 +3,7 @@ for a model and its heads, from documents and their questions."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from pathlib import Path
 
@@ -69,12 +69,14 @@ def train_reader(
     warn: Callable[[str], None] = lambda _: None,
     on_read: Callable[[int, int], None] | None = None,
     on_step: Callable[[ReaderStep], None] | None = None,
+    read: Mapping[str, object] | None = None,
 ) -> ReaderSummary:
     """Train a reader for `session`'s model and heads on `data` (`load_reader_records`) and save it in `out`
-    (reader.safetensors + reader.json). Documents already read into `out` are not read again."""
+    (reader.safetensors + reader.json), the documents read with the read settings given in `read` (the policy, say)
+    over the model's recorded ones. Documents already read into `out` are not read again."""
     out = Path(out)
     check_output(out, resume, overwrite, READER_CONFIG, "a trained reader")
-    trainer = ReaderTrainer(session, load_reader_records(data), out, config)
+    trainer = ReaderTrainer(session, load_reader_records(data), out, config, read)
     if resume and not trainer.resume():
         warn(f"no checkpoint in {out}; starting from step 0")
     trainer.prepare_reads(on_read)

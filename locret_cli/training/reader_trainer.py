@@ -16,7 +16,7 @@ import json
 import random
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -111,8 +111,10 @@ def load_reader_records(path: str | Path) -> list[ReaderRecord]:
 class ReaderTrainer:
     """Reads `records` with `session` and trains a reader on the reads, in `out`."""
 
-    def __init__(self, session, records: list[ReaderRecord], out: Path, config: ReaderConfig):
+    def __init__(self, session, records: list[ReaderRecord], out: Path, config: ReaderConfig,
+                 read: Mapping[str, object] | None = None):
         self.session, self.records, self.out, self.config = session, records, Path(out), config
+        self.read = dict(read or {})  # the read settings given, over the model's recorded ones
         self.model, self.tokenizer = session.loaded.model, session.loaded.tokenizer
         for parameter in self.model.parameters():
             parameter.requires_grad_(False)
@@ -127,7 +129,7 @@ class ReaderTrainer:
         """Record `index`'s budget: its own where it names one, else a share of its `tokens` (whole for an uncut
         one), never below what the settings' stabilizers and the prompt's head need."""
         rng = random.Random(self.config.seed * 1_000_003 + index)
-        settings = self.session.plan().read
+        settings = self.session.plan(read=self.read).read
         wanted = self.records[index].budget
         if not wanted:
             if rng.random() < self.config.uncut_share:
@@ -147,7 +149,7 @@ class ReaderTrainer:
             path = self.read_path(index)
             if not path.exists():
                 tokens = len(encode_text(self.tokenizer, record.document))
-                settings = self.session.plan(read={"budget": self.budget_for(index, tokens)}).read
+                settings = self.session.plan(read={**self.read, "budget": self.budget_for(index, tokens)}).read
                 document = text_document(record.document, f"record {index + 1}")
                 started = time.perf_counter()
                 reading = self.session.read(document, settings, force=True)
