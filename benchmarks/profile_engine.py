@@ -31,17 +31,19 @@ from locret_cli.inputs.sources import SourceMap
 from locret_cli.inputs.tokenizer import TiktokenTokenizer
 from locret_cli.models.arch import random_model
 from locret_cli.models.loading import DTYPES
+from locret_cli.runtime.bf16_weights import keep_bf16_weights
 from locret_cli.runtime.packed_linear import pack_linears
 from locret_cli.settings import AnswerSettings, ReadSettings
 
 MARK_CATEGORIES = {
     marks.CACHE_UPDATE: "cache append", marks.CAPTURE: "hooks and q/k/v capture", marks.HEADS: "retaining heads",
     marks.SELECT: "top-k selection and gather", marks.REROTATE: "re-rotation", marks.FREQUENCIES: "rotary frequencies",
-    marks.TOKENIZE: "tokenization",
+    marks.TOKENIZE: "tokenization", marks.WIDEN: "bf16 weights widened to fp32",
+    marks.ROWS_KERNEL: "linear layers",
 }
 LINEAR_OPS = ("aten::linear", "aten::addmm", "aten::mm", "aten::matmul", "mkldnn::_linear_pointwise")
 ATTENTION_OPS = ("aten::scaled_dot_product_attention", "aten::_scaled_dot_product_flash_attention_for_cpu")
-ORDER = ["linear layers", "attention", "retaining heads", "hooks and q/k/v capture", "cache append",
+ORDER = ["linear layers", "bf16 weights widened to fp32", "attention", "retaining heads", "hooks and q/k/v capture", "cache append",
          "torch.cat outside the ranges", "top-k selection and gather", "re-rotation", "rotary frequencies",
          "tokenization", "other model ops (norms, RoPE, activations, residuals)", "Python and framework overhead"]
 
@@ -130,9 +132,14 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=32)
     parser.add_argument("--heads-hidden", type=int, default=1024, help="the retaining heads' hidden width")
     parser.add_argument("--no-pack", action="store_true", help="leave linears unpacked (the state before packing)")
+    parser.add_argument("--fp32-weights", action="store_true",
+                        help="in fp32, hold the weights in fp32 (else they stay bf16, as a bf16 checkpoint loads)")
     args = parser.parse_args()
 
-    model = random_model(args.preset, DTYPES[args.dtype])
+    widened = args.dtype == "fp32" and not args.fp32_weights
+    model = random_model(args.preset, torch.bfloat16 if widened else DTYPES[args.dtype])
+    if widened:
+        keep_bf16_weights(model)
     torch.manual_seed(0)
     heads = RetainingHeads.for_model(model, args.heads_hidden).eval()
     if not args.no_pack:
@@ -158,7 +165,8 @@ def main() -> None:
         wall = time.perf_counter() - started
     print()
     print(table("decode step", breakdown(prof, wall * 1e6), steps, plain_decode))
-    print(f"\n{args.preset} shape, random weights, {args.dtype}, budget {args.budget}, chunk {args.chunk}, "
+    weights = "bf16 weights computing in fp32" if widened else args.dtype
+    print(f"\n{args.preset} shape, random weights, {weights}, budget {args.budget}, chunk {args.chunk}, "
           f"heads hidden {args.heads_hidden}, {'unpacked' if args.no_pack else 'packed'} linears, "
           f"{torch.get_num_threads()} threads")
 

@@ -1,4 +1,4 @@
-"""The native attention kernel's library is loaded from the cache folder only when it and the folder are the user's
+"""A native kernel's library (here the attention kernel's) is loaded from the cache folder only when it and the folder are the user's
 alone: one that another user could have planted or changed is built again in a new private folder."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from locret_cli.runtime import native_attention
+from locret_cli.runtime import native_attention, native_build
 
 
 @pytest.fixture
@@ -16,15 +16,15 @@ def builds(monkeypatch, tmp_path):
     """Run `build` with a fake compiler (it writes an empty file) and a fake loader; returns the paths loaded."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setenv("CC", "/usr/bin/cc")
-    monkeypatch.setattr(native_attention.tempfile, "mkdtemp", lambda prefix: str(tmp_path / "private"))
+    monkeypatch.setattr(native_build.tempfile, "mkdtemp", lambda prefix: str(tmp_path / "private"))
 
     def compile_(command, **_):
         Path(command[command.index("-o") + 1]).write_bytes(b"built")
         return type("Done", (), {"returncode": 0})()
 
     loaded = []
-    monkeypatch.setattr(native_attention.subprocess, "run", compile_)
-    monkeypatch.setattr(native_attention.ctypes, "CDLL", lambda path: loaded.append(Path(path)) or path)
+    monkeypatch.setattr(native_build.subprocess, "run", compile_)
+    monkeypatch.setattr(native_build.ctypes, "CDLL", lambda path: loaded.append(Path(path)) or path)
     (tmp_path / "private").mkdir(mode=0o700)
     return tmp_path / "cache" / "locret" / "native", tmp_path / "private", loaded
 

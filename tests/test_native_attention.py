@@ -13,6 +13,7 @@ from helpers.documents import GATE, filler_lines
 
 from locret_cli.api import load_session
 from locret_cli.core.attention.over_cache import cache_attention, split_attention, use_attention_kernel
+from locret_cli.core.heads import compute_dtype
 from locret_cli.runtime import native_attention
 from locret_cli.runtime.native_attention import NativeKernel, built_kernel, chosen_kernel
 
@@ -117,7 +118,7 @@ def test_it_takes_only_bf16_on_the_cpu_with_a_head_size_and_a_length_it_handles(
 @needs_kernel
 def test_the_embedded_model_reads_and_answers_as_with_torchs_kernels(monkeypatch, tmp_path):
     session = load_session(device="cpu")
-    if session.loaded.model.dtype != torch.bfloat16:
+    if compute_dtype(session.loaded.model) != torch.bfloat16:
         pytest.skip("the dtype probe chose fp32 on this CPU")
     path = tmp_path / "doc.txt"
     rng = random.Random(3)

@@ -11,7 +11,7 @@ from helpers.models import tiny_model
 
 from locret_cli.api import Session, load_session
 from locret_cli.api.saved_context import LAYER_TENSORS, VERSION, load_reading, save_reading
-from locret_cli.core.heads import RetainingHeads
+from locret_cli.core.heads import RetainingHeads, compute_dtype
 from locret_cli.errors import LocretError
 from locret_cli.models.loading import LoadedModel
 
@@ -114,7 +114,7 @@ def test_another_model_dtype_or_heads_is_refused(session, saved):
     with pytest.raises(LocretError, match="read by another model"):
         load_reading(path, Session(LoadedModel(other, session.loaded.tokenizer, "tiny", {}), None),
                      session.plan(source=str(path)))
-    read_in, other_dtype = ("bf16", "fp32") if model.dtype == torch.bfloat16 else ("fp32", "bf16")  # this CPU's
+    read_in, other_dtype = ("bf16", "fp32") if compute_dtype(model) == torch.bfloat16 else ("fp32", "bf16")  # this CPU's
     with pytest.raises(LocretError, match=f"pass dtype {read_in}$"):
         load_session(device="cpu", dtype=other_dtype).open(str(path))
     torch.manual_seed(5)

@@ -27,6 +27,7 @@ from locret_cli.api.reading import Reading
 from locret_cli.core.cache.bounded import FIELDS
 from locret_cli.core.cache.quantized import parts
 from locret_cli.core.engine import Engine
+from locret_cli.core.heads import compute_dtype
 from locret_cli.core.policies import Policy
 from locret_cli.errors import InputError, LocretError, SettingError
 from locret_cli.files import CONTEXT_SUFFIX, check_output, replacing
@@ -128,7 +129,7 @@ def load_reading(path: str | Path, session, plan: Plan) -> Reading:
 
 def layer_tensors(engine: Engine, tensors: dict[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
     """Each layer's saved cache tensors, on the engine's device, keys and values in the model's dtype."""
-    device, dtype, names = engine.device, engine.model.dtype, layer_parts(engine.settings.kv_bits)
+    device, dtype, names = engine.device, compute_dtype(engine.model), layer_parts(engine.settings.kv_bits)
     layers = []
     for i in range(len(engine.cache.layers)):
         loaded = {name: tensors[f"layers.{i}.{name}"].to(device) for name in names}

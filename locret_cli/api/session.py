@@ -20,7 +20,7 @@ from locret_cli.core.answer.reader import ReaderAdapter
 from locret_cli.core.attention.rope import changes_with_length
 from locret_cli.core.engine import Engine, Progress
 from locret_cli.core.families import PLAIN_LLAMA, spoken
-from locret_cli.core.heads import RetainingHeads
+from locret_cli.core.heads import RetainingHeads, compute_dtype
 from locret_cli.core.measure import check_fits, plan_memory, reset_peak
 from locret_cli.core.policies import Policy, make_policy
 from locret_cli.core.shape import layer_windows
@@ -176,9 +176,9 @@ class Session:
         (`native_attention.py`). Returns how it computes, for the cost table ("bf16: ...; linear weights packed")."""
         model = self.loaded.model
         packed = pack_if_room(model)
-        parts = [self.loaded.dtype_reason or str(model.dtype).removeprefix("torch.")]
+        parts = [self.loaded.dtype_reason or str(compute_dtype(model)).removeprefix("torch.")]
         parts += [f"linear weights packed for oneDNN (+{human_bytes(packed)})"] if packed else []
-        if model.device.type == "cpu" and model.dtype == torch.bfloat16:
+        if model.device.type == "cpu" and compute_dtype(model) == torch.bfloat16:
             parts += [line for line in [native_attention.install()] if line]
         return "; ".join(parts)
 

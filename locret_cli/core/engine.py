@@ -24,6 +24,7 @@ from locret_cli.core.attention.over_cache import applies_to, use_cache_attention
 from locret_cli.core.attention.probe import observe_attention
 from locret_cli.core.attention.rope import SLIDING, changes_with_length, frequencies_for
 from locret_cli.core.cache.bounded import LocretCache
+from locret_cli.core.heads import compute_dtype
 from locret_cli.core.lazy_prefill import flowing_tokens, lazy_layers
 from locret_cli.core.policies import Policy, select
 from locret_cli.core.policies.full import FullPolicy
@@ -178,7 +179,7 @@ class Engine:
         """Take back a read saved earlier: each layer's cache tensors (on this device, in the model's dtype), the
         rotary frequencies the keys were rotated with, and the counts of `saved_state`. ValueError where the cache
         does not hold the entries the state says."""
-        self.cache.dtype = self.model.dtype
+        self.cache.dtype = compute_dtype(self.model)
         for layer, tensors in zip(self.cache.layers, layers, strict=True):
             layer.load(tensors)
         self.cache.frequencies = frequencies

@@ -60,8 +60,14 @@ class RetainingHeads(nn.Module):
         return head(x).transpose(1, 2).float()
 
 
+COMPUTES_IN = "locret_computes_in"  # a model's attribute: the dtype it computes in, where its weights are in another
+
+
 def compute_dtype(model) -> torch.dtype:
-    """The dtype activations run in: the first floating parameter's (4-bit weights report their compute dtype)."""
+    """The dtype activations run in: the one the model records (`COMPUTES_IN`: bf16 weights computing in fp32,
+    `runtime/bf16_weights.py`), else the first floating parameter's (4-bit weights report their compute dtype)."""
+    if getattr(model, COMPUTES_IN, None) is not None:
+        return getattr(model, COMPUTES_IN)
     quant = getattr(model.config, "quantization_config", None)
     if quant is not None and getattr(quant, "bnb_4bit_compute_dtype", None) is not None:
         return quant.bnb_4bit_compute_dtype

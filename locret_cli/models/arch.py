@@ -9,10 +9,11 @@ from __future__ import annotations
 import torch
 from transformers import AutoModelForCausalLM, Gemma3TextConfig, GenerationConfig, LlamaConfig, Phi3Config, Qwen2Config
 
-from locret_cli.core.heads import RetainingHeads
+from locret_cli.core.heads import RetainingHeads, compute_dtype
 from locret_cli.errors import LocretError
 from locret_cli.inputs.tokenizer import TiktokenTokenizer
 from locret_cli.models.loading import LoadedModel, choose_dtype, resolve_device
+from locret_cli.runtime import bf16_weights
 from locret_cli.runtime.int8_linear import quantize_linears
 
 PRESETS = {
@@ -116,11 +117,15 @@ def random_session_parts(preset: str, device: str = "auto", dtype: str = "auto",
     anything."""
     where = resolve_device(device)
     chosen = choose_dtype(dtype, where)
-    model = random_model(preset, chosen.dtype, device=where)
+    widened = bf16_weights.applies(where, chosen.dtype) and not load_8bit  # as a bf16 checkpoint would load
+    model = random_model(preset, torch.bfloat16 if widened else chosen.dtype, device=where)
+    if widened:
+        bf16_weights.keep_bf16_weights(model)
     if load_8bit:
         quantize_linears(model)
     torch.manual_seed(0)
-    heads = RetainingHeads.for_model(model).to(device=where, dtype=model.dtype).eval()
-    reason = chosen.reason + ("; linear weights in int8" if load_8bit else "")
+    heads = RetainingHeads.for_model(model).to(device=where, dtype=compute_dtype(model)).eval()
+    reason = chosen.reason + ("; weights kept bf16 as stored" if widened else "") + \
+        ("; linear weights in int8" if load_8bit else "")
     loaded = LoadedModel(model, TiktokenTokenizer.byte_level(), f"{preset} shape, random weights", {}, reason)
     return loaded, heads

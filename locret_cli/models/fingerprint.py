@@ -11,6 +11,7 @@ from dataclasses import asdict
 
 import torch
 
+from locret_cli.core.heads import compute_dtype
 from locret_cli.core.identity import stored_values
 from locret_cli.core.shape import ModelShape
 from locret_cli.inputs.prompt import prompt_layout
@@ -21,14 +22,19 @@ PROBE_TEXT = "The gate code of the north depot is 4821. Ünïcödé, 数字 and 
 
 
 def model_identity(model) -> dict:
-    """{"shape": layers, heads, sizes; "dtype"; "weights_sha256": the sampled fingerprint}."""
-    digest = hashlib.sha256()
+    """{"shape": layers, heads, sizes; "dtype": the compute dtype; "weights_sha256": the sampled fingerprint}. Weights
+    held in another dtype than the model computes in (bf16 weights computing in fp32) are sampled as it computes with
+    them, so the model has the identity it has with every weight in its compute dtype."""
+    digest, computes_in = hashlib.sha256(), compute_dtype(model)
     for name, tensor in model.state_dict().items():
         flat = stored_values(model, name, tensor).detach().reshape(-1)
         sample = flat[:: max(1, flat.numel() // SAMPLES_PER_TENSOR)][:SAMPLES_PER_TENSOR].contiguous().cpu()
-        digest.update(f"{name}|{tensor.dtype}|{list(tensor.shape)}|".encode())
+        dtype = tensor.dtype
+        if dtype == torch.bfloat16 and computes_in == torch.float32:
+            sample, dtype = sample.float(), torch.float32
+        digest.update(f"{name}|{dtype}|{list(tensor.shape)}|".encode())
         digest.update(sample.view(torch.uint8).numpy())
-    return {"shape": asdict(ModelShape.from_config(model.config)), "dtype": str(model.dtype),
+    return {"shape": asdict(ModelShape.from_config(model.config)), "dtype": str(computes_in),
             "weights_sha256": digest.hexdigest()}
 
 

@@ -14,6 +14,7 @@ from locret_cli.core.attention.capture import check_projections
 from locret_cli.core.attention.rope import check_supported
 from locret_cli.errors import LocretError, ModelError, SettingError
 from locret_cli.inputs.tokenizer import TIKTOKEN_FILE, TiktokenTokenizer
+from locret_cli.runtime import bf16_weights
 from locret_cli.runtime.dtype_probe import DtypeChoice, measured_cpu_dtype
 from locret_cli.runtime.int8_linear import quantize_linears
 
@@ -99,7 +100,11 @@ def load_model(
         except (OSError, ValueError) as exc:
             raise ModelError(_explain_load_failure(source, exc)) from None
         return _checked(model.to(torch_device), tokenizer, name, choice.reason, load_8bit)
-    kwargs: dict = {"dtype": torch_dtype, "trust_remote_code": trust_remote_code, "attn_implementation": "sdpa"}
+    # fp32 arithmetic on the CPU from a bf16 checkpoint: its weights stay bf16 in memory (`runtime/bf16_weights.py`)
+    widened = (bf16_weights.applies(torch_device, torch_dtype) and not (load_4bit or load_8bit) and cap is None
+               and stored_dtype(source, trust_remote_code) == torch.bfloat16)
+    kwargs: dict = {"dtype": torch.bfloat16 if widened else torch_dtype, "trust_remote_code": trust_remote_code,
+                    "attn_implementation": "sdpa"}
     if cap is not None:
         kwargs.update(offload.placement(cap))
     if load_4bit:
@@ -117,11 +122,27 @@ def load_model(
     except (OSError, ValueError) as exc:
         raise ModelError(_explain_load_failure(source, exc)) from None
     reason = choice.reason
+    if widened:
+        bf16_weights.keep_bf16_weights(model)
+        reason += "; weights kept bf16 as stored"
     if cap is not None:
         offload.check_cap(model, cap)
         reason += f"; {offload.describe(model)}"
     placed = load_4bit or cap is not None  # accelerate placed the weights: moving them would undo it
     return _checked(model if placed else model.to(torch_device), tokenizer, name, reason, load_8bit)
+
+
+def stored_dtype(source: str, trust_remote_code: bool = False) -> torch.dtype | None:
+    """The dtype a checkpoint's config says its weights are stored in, or None where it says none or has none."""
+    from transformers import AutoConfig
+
+    try:
+        dtype = getattr(AutoConfig.from_pretrained(source, trust_remote_code=trust_remote_code), "dtype", None)
+    except (OSError, ValueError):
+        return None
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype, None)
+    return dtype if isinstance(dtype, torch.dtype) else None
 
 
 def _checked(model, tokenizer, name: str, dtype_reason: str, load_8bit: bool = False) -> LoadedModel:

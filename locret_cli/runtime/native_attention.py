@@ -7,10 +7,8 @@ fp32, probabilities rounded to bf16 for the values' product) for a chunk, its ca
 pass, with no key copied for the heads that share one; and, by a second function that reads the keys as stored, for
 a decode step's one query per head.
 
-It is compiled once per source and CPU with the C compiler `$CC` names (else `cc`, `-O3 -march=native -fopenmp`)
-into the cache folder (`$XDG_CACHE_HOME/locret/native`, default ~/.cache, made private to the user), loaded with
-ctypes, and runs on torch's own OpenMP threads. A library found there is loaded only if it and its folder belong to
-the user and no one else may write them; otherwise it is built again in a new private folder. A probe then times
+It is compiled once per source and CPU and loaded as `runtime/native_build.py` says (a private cache folder, never
+a library someone else could have written). A probe then times
 each function against torch's kernels, once per CPU, torch version and thread count (cached beside the dtype
 probe's), and `install` hands chunks and decode steps to it where it ran faster. Attention stays torch's where the
 CPU lacks AVX-512 BF16, no compiler builds it, the probe found it slower, or `LOCRET_NATIVE_ATTENTION=0`.
@@ -20,21 +18,16 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
 import os
-import shutil
-import subprocess
-import tempfile
 import time
-from pathlib import Path
 
 import torch
 
 from locret_cli.core.attention.over_cache import split_attention, use_attention_kernel
-from locret_cli.runtime.dtype_probe import cache_file, cpu_name, cpuinfo, machine_key, measured_once
+from locret_cli.runtime import native_build
+from locret_cli.runtime.dtype_probe import cache_file, cpuinfo, machine_key, measured_once
 
-SOURCE = Path(__file__).parent / "native" / "flash_bf16.c"
-FLAGS = ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC"]
+SOURCE = native_build.NATIVE / "flash_bf16.c"
 PROBES = {"chunks": (9, 3, 512, 1536), "decode steps": (9, 3, 1, 4096)}  # heads, KV heads, queries, entries
 CHUNK_ROWS = 16  # chunks of fewer queries (a short question) stay with torch: packing the keys costs more
 I64, I32, POINTER = ctypes.c_int64, ctypes.c_int, ctypes.c_void_p
@@ -120,38 +113,8 @@ def built_kernel() -> NativeKernel | None:
 
 
 def build() -> tuple[ctypes.CDLL, str] | None:
-    """The kernel's library and the hash that names it, compiled once per source, compiler and CPU (its name and
-    flags) into the cache folder (into a new private temporary folder where that cannot be written, or where it or
-    the library found there is not the user's alone: `only_ours`); None where no compiler builds it."""
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        return None
-    built_for = " ".join([compiler, *FLAGS, cpu_name(), *sorted(cpuinfo("flags").split())])
-    name = hashlib.sha256(SOURCE.read_bytes() + built_for.encode()).hexdigest()[:16]
-    for folder in (lambda: cache_file().parent / "native", lambda: Path(tempfile.mkdtemp(prefix="locret-native-"))):
-        try:
-            target = folder() / f"flash_bf16-{name}.so"
-            target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            if not only_ours(target.parent) or (target.exists() and not only_ours(target)):
-                continue
-            if not target.exists():
-                partial = target.with_name(f".{target.name}.{os.getpid()}")
-                done = subprocess.run([compiler, *FLAGS, "-o", str(partial), str(SOURCE)], capture_output=True,
-                                      check=False, timeout=120)
-                if done.returncode != 0:
-                    return None
-                os.replace(partial, target)
-            return ctypes.CDLL(str(target)), name
-        except (OSError, subprocess.SubprocessError):
-            continue
-    return None
-
-
-def only_ours(path: Path) -> bool:
-    """Whether `path` belongs to this user and no one else may write it: a library another user could have placed
-    or changed is never loaded."""
-    status = path.stat()
-    return status.st_uid == os.getuid() and not status.st_mode & 0o022
+    """The kernel's library and the hash that names it (`native_build.build`), or None where none is built."""
+    return native_build.build(SOURCE)
 
 
 def probe(kernel: NativeKernel) -> dict[str, tuple[float, float]]:

@@ -51,9 +51,10 @@ def packing_works() -> bool:
 
 
 def packable(module: nn.Module) -> bool:
-    """Whether `module` is a plain bf16 `nn.Linear` on the CPU, and this machine can pack it (`packing_works`)."""
+    """Whether `module` is a plain bf16 `nn.Linear` on the CPU with its own forward (not one computing in fp32 from
+    bf16 weights, `runtime/bf16_weights.py`), and this machine can pack it (`packing_works`)."""
     return (type(module) is nn.Linear and module.weight.dtype == torch.bfloat16 and module.weight.device.type == "cpu"
-            and packing_works())
+            and "forward" not in vars(module) and packing_works())
 
 
 class PackedRows:

@@ -59,8 +59,9 @@ def cpp_compiler() -> str | None:
 
 
 def linear(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """A plain `nn.Linear`'s product (its weight, not a packed forward the engine gave it), else the module's own."""
-    return F.linear(x, module.weight, module.bias) if type(module) is nn.Linear else module(x)
+    """A plain `nn.Linear`'s product (its weight, in the activations' dtype, not a packed or widening forward the
+    engine gave it), else the module's own."""
+    return F.linear(x, module.weight.to(x.dtype), module.bias) if type(module) is nn.Linear else module(x)
 
 
 def int8_rows(module: nn.Module) -> bool:
@@ -75,7 +76,7 @@ def joint_linear(modules: list[nn.Module], x: torch.Tensor) -> list[torch.Tensor
     else each module's own."""
     if all(type(m) is nn.Linear for m in modules) and len({m.bias is None for m in modules}) == 1:
         bias = None if modules[0].bias is None else torch.cat([m.bias for m in modules])
-        out = F.linear(x, torch.cat([m.weight for m in modules]), bias)
+        out = F.linear(x, torch.cat([m.weight for m in modules]).to(x.dtype), bias)
     elif all(int8_rows(m) and m.bias is None for m in modules):
         weight, scale = torch.cat([m.weight for m in modules]), torch.cat([m.weight_scale for m in modules])
         out = torch._weight_int8pack_mm(x.reshape(1, -1), weight, scale).view(*x.shape[:-1], -1)

@@ -1,0 +1,71 @@
+/* Products of a few fp32 rows with bf16 weights, for CPUs with AVX2 and FMA: y = x W^T + b.
+ *
+ * A model whose weights stay bf16 while it computes in fp32 (runtime/bf16_weights.py) multiplies one row at a time
+ * while it decodes. That product reads every weight once, so its time is the time to read them: this kernel reads
+ * the bf16 weights as they are stored (half the bytes of fp32 ones), widens each to fp32 exactly (a bf16 is the top
+ * half of an fp32) and sums the products in fp32, eight lanes and four accumulators to a row, so that the result
+ * is the fp32 product's to within fp32 rounding. Threads (OpenMP, torch's own runtime once torch is loaded) take
+ * blocks of output rows.
+ *
+ * x: (rows, in) fp32, row-major; w: (out, in) bf16, row-major; bias: (out,) fp32 or NULL; y: (rows, out) fp32.
+ * Returns 0, or 1 where this build has no AVX2 and FMA (the caller then keeps torch's product).
+ */
+#include <stdint.h>
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+
+#define OUTPUTS 4 /* output rows per block a thread takes */
+
+static inline __m256 widen8(const uint16_t *p) {
+    __m128i half = _mm_loadu_si128((const __m128i *)p);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(half), 16));
+}
+
+static inline float widen1(uint16_t b) {
+    union { uint32_t u; float f; } c = {(uint32_t)b << 16};
+    return c.f;
+}
+
+static float dot(const float *x, const uint16_t *w, int64_t in) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t i = 0;
+    for (; i + 32 <= in; i += 32) {
+        a0 = _mm256_fmadd_ps(widen8(w + i), _mm256_loadu_ps(x + i), a0);
+        a1 = _mm256_fmadd_ps(widen8(w + i + 8), _mm256_loadu_ps(x + i + 8), a1);
+        a2 = _mm256_fmadd_ps(widen8(w + i + 16), _mm256_loadu_ps(x + i + 16), a2);
+        a3 = _mm256_fmadd_ps(widen8(w + i + 24), _mm256_loadu_ps(x + i + 24), a3);
+    }
+    for (; i + 8 <= in; i += 8)
+        a0 = _mm256_fmadd_ps(widen8(w + i), _mm256_loadu_ps(x + i), a0);
+    __m256 a = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    s = _mm_hadd_ps(s, s);
+    s = _mm_hadd_ps(s, s);
+    float total = _mm_cvtss_f32(s);
+    for (; i < in; i++)
+        total += widen1(w[i]) * x[i];
+    return total;
+}
+
+int rows_bf16w(const float *x, int64_t rows, int64_t in, const uint16_t *w, int64_t out, const float *bias,
+               float *y) {
+#pragma omp parallel for schedule(static)
+    for (int64_t first = 0; first < out; first += OUTPUTS) {
+        int64_t last = first + OUTPUTS < out ? first + OUTPUTS : out;
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t o = first; o < last; o++)
+                y[r * out + o] = dot(x + r * in, w + o * in, in) + (bias ? bias[o] : 0.0f);
+    }
+    return 0;
+}
+
+#else
+
+int rows_bf16w(const float *x, int64_t rows, int64_t in, const uint16_t *w, int64_t out, const float *bias,
+               float *y) {
+    (void)x, (void)rows, (void)in, (void)w, (void)out, (void)bias, (void)y;
+    return 1;
+}
+
+#endif
