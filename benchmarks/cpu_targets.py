@@ -85,7 +85,8 @@ def main() -> None:
             ("the same question, `--model smollm2`", timed_row(finished(out, "quick-start-smollm2"))),
             *bench_rows(finished(out, "bench-qwen0.5b"), "Qwen2.5 0.5B shape, budget 4,096, chunk 1,024"),
             *bench_rows(finished(out, "bench-qwen1.5b"), "Qwen2.5 1.5B shape, budget 4,096, chunk 1,024"),
-            ("Qwen2.5-Coder-0.5B's 128K read of the handbook", read_row(finished(out, "read-qwen0.5b", ("out", "err"))))]
+            ("Qwen2.5-Coder-0.5B's 128K read of the handbook", read_row(finished(out, "read-qwen0.5b", ("out", "err")))),
+            ("Qwen2.5-Coder-1.5B's 128K read of the handbook", read_row(finished(out, "read-qwen1.5b", ("out", "err"))))]
     print(f"{cpu_name(out)}\n\n| what | measured |\n|---|---|")
     for what, measured in rows:
         print(f"| {what} | {measured} |")

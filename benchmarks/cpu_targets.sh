@@ -8,8 +8,9 @@
 #   - the embedded Quick start and the same question with `--model smollm2`, timed whole (needs `farm-bench`);
 #   - the Qwen2.5 0.5B and 1.5B shapes with random weights at the 0.5B's recorded settings (budget 4,096, chunk
 #     1,024), at 32K;
-#   - Qwen2.5-Coder-0.5B-Instruct's bounded read of the handbook at its recorded settings, where
-#     `python -m recipes.qwen2_5_coder.assemble 0.5b --out runs/qwen0.5b` has run (QWEN names another file).
+#   - Qwen2.5-Coder-0.5B- and 1.5B-Instruct's bounded reads of the handbook at their recorded settings, where
+#     `python -m recipes.qwen2_5_coder.assemble 0.5b --out runs/qwen0.5b` (and `1.5b --out runs/qwen1.5b`) has run
+#     (QWEN and QWEN15 name other folders).
 # Usage: benchmarks/cpu_targets.sh OUT_DIR    (then: python -m benchmarks.cpu_targets OUT_DIR for the table)
 # Each step writes OUT_DIR/NAME.out and NAME.err, and NAME.done once it succeeded: a rerun skips the steps done, so
 # an interrupted run resumes. `lscpu` goes to OUT_DIR/cpu.txt first: name the CPU beside every figure.
@@ -20,6 +21,7 @@ locret=${LOCRET:-locret}
 python=${PYTHON:-python3}
 question="What is the gate code of the north depot?"
 qwen=${QWEN:-runs/qwen0.5b/qwen2.5-coder-0.5b-instruct}
+qwen15=${QWEN15:-runs/qwen1.5b/qwen2.5-coder-1.5b-instruct}
 lscpu >"$out/cpu.txt" 2>&1
 
 step() {  # NAME COMMAND...: run once, unless NAME.done says it has run
@@ -47,9 +49,13 @@ step quick-start-smollm2 farm-bench -n 5 --timeout 300 -- "$locret" ask samples/
 qwen_shape=(--policies locret --budget 4096 --chunk-size 1024 --samples 1 --max-new-tokens 64 --json --lengths 32k)
 step bench-qwen0.5b "$locret" bench --arch qwen2.5-0.5b "${qwen_shape[@]}"
 step bench-qwen1.5b "$locret" bench --arch qwen2.5-1.5b "${qwen_shape[@]}"
-if [ -e "$qwen" ]; then
-  step read-qwen0.5b /usr/bin/time -v "$locret" read samples/handbook.pdf -o "$out/handbook-qwen.locret" --force \
-    --model "$qwen"
-else
-  echo "read-qwen0.5b: skipped, $qwen is absent"
-fi
+for size in 0.5b 1.5b; do
+  model=$qwen
+  [ "$size" = 1.5b ] && model=$qwen15
+  if [ -e "$model" ]; then
+    step "read-qwen$size" /usr/bin/time -v "$locret" read samples/handbook.pdf -o "$out/handbook-qwen$size.locret" \
+      --force --model "$model"
+  else
+    echo "read-qwen$size: skipped, $model is absent"
+  fi
+done
