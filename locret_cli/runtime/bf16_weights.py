@@ -13,8 +13,9 @@ fp32. A bf16 number widens to fp32 exactly, so the model computes what the fp32 
   product of fp32 rows with bf16 weights, and widening every weight at every step made decoding several times
   slower). Without the kernel (no compiler, no AVX2, `LOCRET_NATIVE_ROWS=0`) the step widens too;
 - an embedding looks up bf16 rows and widens them.
-`LOCRET_BF16_WEIGHTS=0` loads the weights widened, as before. Only plain `nn.Linear` and `nn.Embedding` modules keep bf16 weights (a scaled embedding such as Gemma 3's multiplies
-in its weight's dtype, so it is widened whole); the model records its compute dtype (`core.heads.compute_dtype`).
+`LOCRET_BF16_WEIGHTS=0` widens every weight when it loads. Only plain `nn.Linear` and `nn.Embedding` modules keep
+bf16 weights (a scaled embedding such as Gemma 3's multiplies in its weight's dtype, so it is widened whole); the
+model records its compute dtype (`core.heads.compute_dtype`).
 """
 
 from __future__ import annotations
@@ -109,7 +110,8 @@ def keep_bf16_weights(model: nn.Module) -> int:
     bf16 (a tied one stays one tensor, and stays bf16 only where no other kind of module uses it); everything else
     becomes fp32. Returns the bytes kept bf16."""
     plain = [m for m in model.modules() if type(m) in FORWARDS and m.weight.dtype == torch.bfloat16]
-    others = {id(p) for m in model.modules() if m not in plain for p in m.parameters(recurse=False)}
+    plain_ids = {id(m) for m in plain}
+    others = {id(p) for m in model.modules() if id(m) not in plain_ids for p in m.parameters(recurse=False)}
     kept = {id(m.weight): m.weight for m in plain if id(m.weight) not in others}  # a tied weight, used by both
     for module in plain:
         if id(module.weight) in kept:
