@@ -45,6 +45,7 @@ def locret_worker(spec: dict) -> dict:
     from locret_cli.core.policies.locret import LocretPolicy
     from locret_cli.inputs.sources import TokenChunk
     from locret_cli.models.arch import random_model
+    from locret_cli.runtime.native_rows import take_rows
     from locret_cli.runtime.packed_linear import pack_linears
     from locret_cli.settings import ReadSettings
 
@@ -52,6 +53,7 @@ def locret_worker(spec: dict) -> dict:
     torch.manual_seed(SEED)
     heads = RetainingHeads.for_model(model).eval()
     settings = ReadSettings(budget=spec["kept"], chunk_size=spec["chunk"], stabilizers=spec["kept"] // 2)
+    take_rows(model)  # as a session makes it ready: one row by locret's kernel where built, else packed
     pack_linears(model)
     ids = random_ids(model.config.vocab_size, spec["length"]).tolist()
     chunks = (TokenChunk(ids[i:i + settings.chunk_size], None, None, 0) for i in range(0, len(ids), settings.chunk_size))

@@ -9,7 +9,9 @@ handbook (`samples/handbook.txt`) in batches of 512, then decodes `--decode` gre
 converted folder of the same file through `locret bench` (its own fresh process per cell; a generated document of N
 tokens; the locret policy at the model's recorded settings, and `--policy full`), and decodes as many tokens.
 `--fp32-weights-too` adds locret's rows with `LOCRET_BF16_WEIGHTS=0` (weights widened to fp32 when they load, as
-before `runtime/bf16_weights.py`) where the CPU computes in fp32. Every cell runs alone, one after another, with the
+before `runtime/bf16_weights.py`) where the CPU computes in fp32; `--packed-too` adds them with
+`LOCRET_NATIVE_ROWS=0` (one-row products through oneDNN's packed copy of the weights, as before
+`runtime/native_rows.py`) where it computes in bf16. Every cell runs alone, one after another, with the
 same thread count: run nothing else meanwhile. Prints a markdown table and writes the raw figures as JSON lines to
 `--out` (one per cell; a rerun skips the cells there, so an interrupted run resumes).
 """
@@ -58,7 +60,7 @@ def locret_rows(model: str, length: int, decode: int, threads: int, env: dict, l
     done = subprocess.run(command, capture_output=True, text=True, check=True,
                           env={**os.environ, **env, "OMP_NUM_THREADS": str(threads)})
     document = json.loads(done.stdout)
-    return [{"system": "locret", "row": f"locret, {row['policy']}{label}", "length": length,
+    return [{"system": "locret", "row": f"locret, {row['policy']}{label}", "variant": label, "length": length,
              "prefill_tokens_per_s": row["prefill_tokens_per_s"], "decode_tokens_per_s": row["decode_tokens_per_s"],
              "peak_bytes": row["peak_bytes"], "compute": document["config"]["compute"], "threads": threads}
             for row in document["rows"]]
@@ -85,6 +87,7 @@ def main() -> None:
     parser.add_argument("--decode", type=int, default=32)
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--fp32-weights-too", action="store_true")
+    parser.add_argument("--packed-too", action="store_true")
     parser.add_argument("--llama-python", default=sys.executable, help="the Python that has llama_cpp installed")
     parser.add_argument("--systems", default="llama.cpp,locret", help="the systems to measure now")
     parser.add_argument("--out", default="runs/llama-side.jsonl")
@@ -95,17 +98,19 @@ def main() -> None:
         return
     out = Path(args.out)
     cells = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
-    done = {(c["system"], c["length"], c["row"].endswith("fp32 weights")) for c in cells}
-    variants = [({}, "")] + ([({"LOCRET_BF16_WEIGHTS": "0"}, ", fp32 weights")] if args.fp32_weights_too else [])
+    done = {(c["system"], c["length"], c.get("variant", ", fp32 weights" if c["row"].endswith("fp32 weights") else ""))
+            for c in cells}
+    variants = [({}, "")] + ([({"LOCRET_BF16_WEIGHTS": "0"}, ", fp32 weights")] if args.fp32_weights_too else []) \
+        + ([({"LOCRET_NATIVE_ROWS": "0"}, ", oneDNN-packed copy")] if args.packed_too else [])
     for length in (int(n[:-1]) * 1024 if n.endswith("k") else int(n) for n in args.lengths.split(",")):
         new = []
-        if "llama.cpp" in args.systems and ("llama.cpp", length, False) not in done:
+        if "llama.cpp" in args.systems and ("llama.cpp", length, "") not in done:
             child = subprocess.run([args.llama_python, __file__, "--gguf", args.gguf, "--model", args.model,
                                     "--decode", str(args.decode), "--threads", str(args.threads),
                                     "--llama-cell", str(length)], capture_output=True, text=True, check=True)
             new.append(json.loads(child.stdout.strip().splitlines()[-1]))
         for env, label in variants if "locret" in args.systems else ():
-            if ("locret", length, bool(label)) not in done:
+            if ("locret", length, label) not in done:
                 new += locret_rows(args.model, length, args.decode, args.threads, env, label)
         with out.open("a") as sink:
             sink.writelines(json.dumps(c) + "\n" for c in new)

@@ -32,6 +32,7 @@ from locret_cli.inputs.tokenizer import TiktokenTokenizer
 from locret_cli.models.arch import random_model
 from locret_cli.models.loading import DTYPES
 from locret_cli.runtime.bf16_weights import keep_bf16_weights
+from locret_cli.runtime.native_rows import take_rows
 from locret_cli.runtime.packed_linear import pack_linears
 from locret_cli.settings import AnswerSettings, ReadSettings
 
@@ -131,7 +132,7 @@ def main() -> None:
     parser.add_argument("--chunks", type=int, default=6)
     parser.add_argument("--steps", type=int, default=32)
     parser.add_argument("--heads-hidden", type=int, default=1024, help="the retaining heads' hidden width")
-    parser.add_argument("--no-pack", action="store_true", help="leave linears unpacked (the state before packing)")
+    parser.add_argument("--no-pack", action="store_true", help="leave one-row products to torch (no kernel, no packing)")
     parser.add_argument("--fp32-weights", action="store_true",
                         help="in fp32, hold the weights in fp32 (else they stay bf16, as a bf16 checkpoint loads)")
     args = parser.parse_args()
@@ -142,7 +143,8 @@ def main() -> None:
         keep_bf16_weights(model)
     torch.manual_seed(0)
     heads = RetainingHeads.for_model(model, args.heads_hidden).eval()
-    if not args.no_pack:
+    if not args.no_pack:  # as a session makes it ready: one row by locret's kernel where built, else packed
+        take_rows(model)
         pack_linears(model)
     engine, chunks, tokenizer = filled_engine(model, heads, args.budget, args.chunk, args.tokens, args.steps,
                                               timed_chunks)
@@ -167,7 +169,7 @@ def main() -> None:
     print(table("decode step", breakdown(prof, wall * 1e6), steps, plain_decode))
     weights = "bf16 weights computing in fp32" if widened else args.dtype
     print(f"\n{args.preset} shape, random weights, {weights}, budget {args.budget}, chunk {args.chunk}, "
-          f"heads hidden {args.heads_hidden}, {'unpacked' if args.no_pack else 'packed'} linears, "
+          f"heads hidden {args.heads_hidden}, one-row products {'by torch' if args.no_pack else 'as a session runs them'}, "
           f"{torch.get_num_threads()} threads")
 
 

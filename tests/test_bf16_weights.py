@@ -17,13 +17,13 @@ from locret_cli.core.heads import compute_dtype
 from locret_cli.core.policies.full import FullPolicy
 from locret_cli.models.fingerprint import model_identity
 from locret_cli.models.loading import load_model
-from locret_cli.runtime import bf16_weights
+from locret_cli.runtime import bf16_weights, native_rows
 from locret_cli.runtime.packed_linear import packable
 from locret_cli.settings import AnswerSettings, ReadSettings
 
 FAMILY_NAMES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "mistral": "mistral", "phi3": "phi3",
                 "gemma3_text": "gemma3"}  # the registry's model types -> the tiny models' names
-needs_kernel = pytest.mark.skipif(bf16_weights.rows_kernel() is None,
+needs_kernel = pytest.mark.skipif(native_rows.kernels() is None,
                                   reason="the rows kernel needs AVX2, FMA and a C compiler")
 
 
@@ -41,9 +41,9 @@ def pair(request, tmp_path_factory) -> tuple[torch.nn.Module, torch.nn.Module]:
 @pytest.fixture
 def kernel_off(monkeypatch):
     monkeypatch.setenv("LOCRET_NATIVE_ROWS", "0")
-    bf16_weights.rows_kernel.cache_clear()
+    native_rows.kernels.cache_clear()
     yield
-    bf16_weights.rows_kernel.cache_clear()
+    native_rows.kernels.cache_clear()
 
 
 def test_plain_linear_and_embedding_weights_stay_bf16_and_the_rest_is_fp32(pair):
@@ -105,7 +105,7 @@ def test_the_kernel_computes_the_fp32_product_of_a_few_rows(rows, width, bias):
     weight = torch.randn(40, width, generator=generator).bfloat16()
     b = torch.randn(40, generator=generator) if bias else None
     x = torch.randn(rows, width, generator=generator)
-    got = bf16_weights.rows_product(x, weight, b).double()
+    got = native_rows.rows_product(x, weight, b).double()
     exact = F.linear(x.double(), weight.double(), None if b is None else b.double())
     bound = (width + 1) * 2.0 ** -24 * (x.double().abs() @ weight.double().abs().T + (0 if b is None else b.abs()))
     assert got.shape == (rows, 40) and bool(((got - exact).abs() <= bound).all())  # fp32 summation's error bound
@@ -113,8 +113,8 @@ def test_the_kernel_computes_the_fp32_product_of_a_few_rows(rows, width, bias):
 
 def test_the_kernel_leaves_chunks_and_other_weights_to_torch():
     weight = torch.ones(8, 16, dtype=torch.bfloat16)
-    assert bf16_weights.rows_product(torch.ones(bf16_weights.ROWS + 1, 16), weight, None) is None
-    assert bf16_weights.rows_product(torch.ones(1, 16), weight.float(), None) is None
+    assert native_rows.rows_product(torch.ones(native_rows.ROWS + 1, 16), weight, None) is None
+    assert native_rows.rows_product(torch.ones(1, 16), weight.float(), None) is None
 
 
 def test_a_checkpoint_stored_in_fp32_loads_in_fp32(tmp_path):

@@ -36,6 +36,7 @@ from locret_cli.models.reader_files import load_reader
 from locret_cli.models.shipped import find_shipped
 from locret_cli.models.spec import ModelSpec
 from locret_cli.runtime import native_attention
+from locret_cli.runtime.native_rows import rows_in_place
 from locret_cli.runtime.packed_linear import pack_if_room
 from locret_cli.settings import DEFAULT_POLICY, AnswerSettings, policy_knobs
 from locret_cli.units import human_bytes
@@ -171,12 +172,15 @@ class Session:
         return reading.ask(question, answering, sources=sources, on_read=read_options.get("on_progress"))
 
     def ready_to_compute(self) -> str:
-        """Make the model ready to read: its bf16 linears packed for oneDNN where that pays and fits
-        (`packed_linear.py`), and on the CPU in bf16 chunks' attention by locret's kernel where it ran faster
-        (`native_attention.py`). Returns how it computes, for the cost table ("bf16: ...; linear weights packed")."""
+        """Make the model ready to read: on the CPU, its bf16 linears' one-row products by locret's kernel on the
+        weights in place (`native_rows.py`), else packed for oneDNN where that fits (`packed_linear.py`); and on the
+        CPU in bf16 chunks' attention by locret's kernel where it ran faster (`native_attention.py`). Returns how it
+        computes, for the cost table ("bf16: ...; one-row products by locret's kernel")."""
         model = self.loaded.model
+        in_place = rows_in_place(model)
         packed = pack_if_room(model)
         parts = [self.loaded.dtype_reason or str(compute_dtype(model)).removeprefix("torch.")]
+        parts += ["one-row products by locret's kernel, weights in place"] if in_place else []
         parts += [f"linear weights packed for oneDNN (+{human_bytes(packed)})"] if packed else []
         if model.device.type == "cpu" and compute_dtype(model) == torch.bfloat16:
             parts += [line for line in [native_attention.install()] if line]

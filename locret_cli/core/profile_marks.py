@@ -21,7 +21,7 @@ REROTATE = "locret.rerotate"          # moving kept keys to their new positions
 FREQUENCIES = "locret.frequencies"    # the rotary module's run that reports dynamic frequencies
 TOKENIZE = "locret.tokenize"          # turning the document's text into the next chunk's ids
 WIDEN = "locret.widen"                # bf16 weights widened to fp32 for a chunk's product (runtime/bf16_weights.py)
-ROWS_KERNEL = "locret.rows_bf16w"     # a few rows times bf16 weights by locret's kernel (runtime/bf16_weights.py)
+ROWS_KERNEL = "locret.rows_bf16w"     # a few rows times bf16 weights by locret's kernel (runtime/native_rows.py)
 
 
 def mark(name: str):

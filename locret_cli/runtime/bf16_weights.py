@@ -8,10 +8,10 @@ as stored, and widens them to fp32 where they are used; every other parameter an
 fp32. A bf16 number widens to fp32 exactly, so the model computes what the fp32 model computes:
 - a chunk of rows widens each weight and multiplies with torch's fp32 product: the same outputs bit for bit, the
   widening a few per cent of the product's time;
-- one row (every decode step) goes to `native/rows_bf16w.c`, which reads the bf16 weights as stored and sums the
-  products in fp32; its outputs differ from torch's fp32 product only by the order of the sums (torch has no
-  product of fp32 rows with bf16 weights, and widening every weight at every step made decoding several times
-  slower). Without the kernel (no compiler, no AVX2, `LOCRET_NATIVE_ROWS=0`) the step widens too;
+- one row (every decode step) goes to locret's kernel (`runtime/native_rows.py`), which reads the bf16 weights as
+  stored and sums the products in fp32; its outputs differ from torch's fp32 product only by the order of the sums
+  (torch has no product of fp32 rows with bf16 weights, and widening every weight at every step made decoding
+  several times slower). Without the kernel (no compiler, no AVX2, `LOCRET_NATIVE_ROWS=0`) the step widens too;
 - an embedding looks up bf16 rows and widens them.
 `LOCRET_BF16_WEIGHTS=0` widens every weight when it loads. Only plain `nn.Linear` and `nn.Embedding` modules keep
 bf16 weights (a scaled embedding such as Gemma 3's multiplies in its weight's dtype, so it is widened whole); the
@@ -20,8 +20,6 @@ model records its compute dtype (`core.heads.compute_dtype`).
 
 from __future__ import annotations
 
-import ctypes
-import functools
 import os
 import types
 
@@ -31,46 +29,13 @@ from torch import nn
 
 from locret_cli.core.heads import COMPUTES_IN
 from locret_cli.core.profile_marks import ROWS_KERNEL, WIDEN, mark
-from locret_cli.runtime import native_build
-from locret_cli.runtime.dtype_probe import cpuinfo
-
-SOURCE = native_build.NATIVE / "rows_bf16w.c"
-ROWS = 4  # inputs of at most this many rows go to the kernel; more are a chunk, widened and multiplied by torch
-POINTER, I64 = ctypes.c_void_p, ctypes.c_int64
+from locret_cli.runtime.native_rows import rows_product
 
 
 def applies(device: torch.device, dtype: torch.dtype) -> bool:
     """Whether a model computing in `dtype` on `device` keeps bf16 weights as bf16: fp32 on the CPU, unless
     `LOCRET_BF16_WEIGHTS=0` (the weights then widen to fp32 when they load, as the fp32 model holds them)."""
     return device.type == "cpu" and dtype == torch.float32 and os.environ.get("LOCRET_BF16_WEIGHTS") != "0"
-
-
-@functools.cache
-def rows_kernel():
-    """The built `rows_bf16w` function, where this CPU has AVX2 and FMA, a compiler builds it, and
-    `LOCRET_NATIVE_ROWS` is not 0; else None."""
-    if os.environ.get("LOCRET_NATIVE_ROWS") == "0" or not {"avx2", "fma"} <= set(cpuinfo("flags").split()):
-        return None
-    built = native_build.build(SOURCE)
-    if built is None:
-        return None
-    function = built[0].rows_bf16w
-    function.restype, function.argtypes = ctypes.c_int, [POINTER, I64, I64, POINTER, I64, POINTER, POINTER]
-    return function
-
-
-def rows_product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor | None:
-    """x (..., in) fp32 of at most `ROWS` rows times `weight` (out, in) bf16, plus `bias` (out,) fp32, by the
-    kernel: (..., out) fp32; None where the kernel is not built or does not take these tensors."""
-    kernel = rows_kernel()
-    rows = x.numel() // x.shape[-1]
-    if kernel is None or rows > ROWS or weight.dtype != torch.bfloat16 or not weight.is_contiguous():
-        return None
-    flat = x.reshape(rows, x.shape[-1]).contiguous()
-    out = torch.empty(rows, weight.shape[0], dtype=torch.float32)
-    status = kernel(flat.data_ptr(), rows, flat.shape[1], weight.data_ptr(), weight.shape[0],
-                    None if bias is None else bias.data_ptr(), out.data_ptr())
-    return out.view(*x.shape[:-1], weight.shape[0]) if status == 0 else None
 
 
 def _linear_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:

@@ -1,4 +1,4 @@
-/* Products of a few fp32 rows with bf16 weights, for CPUs with AVX2 and FMA: y = x W^T + b.
+/* Products of a few rows with bf16 weights, for CPUs with AVX2 and FMA: y = x W^T + b.
  *
  * A model whose weights stay bf16 while it computes in fp32 (runtime/bf16_weights.py) multiplies one row at a time
  * while it decodes. That product reads every weight once, so its time is the time to read them: this kernel reads
@@ -7,8 +7,12 @@
  * is the fp32 product's to within fp32 rounding. Threads (OpenMP, torch's own runtime once torch is loaded) take
  * blocks of output rows.
  *
- * x: (rows, in) fp32, row-major; w: (out, in) bf16, row-major; bias: (out,) fp32 or NULL; y: (rows, out) fp32.
- * Returns 0, or 1 where this build has no AVX2 and FMA (the caller then keeps torch's product).
+ * rows_bf16w: x (rows, in) fp32, row-major; w (out, in) bf16, row-major; bias (out,) fp32 or NULL; y (rows, out)
+ * fp32.
+ * rows_bf16: the same for a model computing in bf16 (runtime/native_rows.py), with no packed copy of its weights:
+ * x (rows, in), bias (out,) or NULL and y (rows, out) are bf16; x and bias widen exactly, the products are summed in
+ * fp32 as above, and each output is rounded to bf16 once, to nearest even, as torch rounds.
+ * Each returns 0, or 1 where this build has no AVX2 and FMA (the caller then keeps torch's product).
  */
 #include <stdint.h>
 
@@ -60,10 +64,56 @@ int rows_bf16w(const float *x, int64_t rows, int64_t in, const uint16_t *w, int6
     return 0;
 }
 
+static float dot_bf16(const uint16_t *x, const uint16_t *w, int64_t in) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t i = 0;
+    for (; i + 32 <= in; i += 32) {
+        a0 = _mm256_fmadd_ps(widen8(w + i), widen8(x + i), a0);
+        a1 = _mm256_fmadd_ps(widen8(w + i + 8), widen8(x + i + 8), a1);
+        a2 = _mm256_fmadd_ps(widen8(w + i + 16), widen8(x + i + 16), a2);
+        a3 = _mm256_fmadd_ps(widen8(w + i + 24), widen8(x + i + 24), a3);
+    }
+    for (; i + 8 <= in; i += 8)
+        a0 = _mm256_fmadd_ps(widen8(w + i), widen8(x + i), a0);
+    __m256 a = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    s = _mm_hadd_ps(s, s);
+    s = _mm_hadd_ps(s, s);
+    float total = _mm_cvtss_f32(s);
+    for (; i < in; i++)
+        total += widen1(w[i]) * widen1(x[i]);
+    return total;
+}
+
+static inline uint16_t round_bf16(float f) {  /* to nearest even; a NaN stays a (quiet) NaN */
+    union { float f; uint32_t u; } c = {f};
+    if ((c.u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((c.u >> 16) | 0x40u);
+    return (uint16_t)((c.u + 0x7fffu + ((c.u >> 16) & 1u)) >> 16);
+}
+
+int rows_bf16(const uint16_t *x, int64_t rows, int64_t in, const uint16_t *w, int64_t out, const uint16_t *bias,
+              uint16_t *y) {
+#pragma omp parallel for schedule(static)
+    for (int64_t first = 0; first < out; first += OUTPUTS) {
+        int64_t last = first + OUTPUTS < out ? first + OUTPUTS : out;
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t o = first; o < last; o++)
+                y[r * out + o] = round_bf16(dot_bf16(x + r * in, w + o * in, in) + (bias ? widen1(bias[o]) : 0.0f));
+    }
+    return 0;
+}
+
 #else
 
 int rows_bf16w(const float *x, int64_t rows, int64_t in, const uint16_t *w, int64_t out, const float *bias,
                float *y) {
+    (void)x, (void)rows, (void)in, (void)w, (void)out, (void)bias, (void)y;
+    return 1;
+}
+
+int rows_bf16(const uint16_t *x, int64_t rows, int64_t in, const uint16_t *w, int64_t out, const uint16_t *bias,
+              uint16_t *y) {
     (void)x, (void)rows, (void)in, (void)w, (void)out, (void)bias, (void)y;
     return 1;
 }
