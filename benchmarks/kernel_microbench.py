@@ -181,8 +181,9 @@ QWEN15_LINEARS = [(1536 + 2 * 256, 1536), (1536, 1536), (2 * 8960, 1536), (1536,
 def rows() -> None:
     """One decode step's linears, one bf16 row each, all distinct weights (so they stream from memory as in a real
     step): F.linear; oneDNN's packed weights with siblings joined (`runtime/packed_linear.py`, a copy of every
-    weight); and locret's kernel reading the weights in place (`runtime/native_rows.py`, siblings apart)."""
-    from locret_cli.runtime.native_rows import kernels, rows_product
+    weight); locret's kernel reading the weights in place (`runtime/native_rows.py`, siblings apart, as the model's
+    modules hold them); and torch's int8-weight product on int8 weights of the same shapes."""
+    from locret_cli.runtime.native_rows import kernels
 
     if kernels() is None:
         raise SystemExit("locret's rows kernel is not built here (no AVX2 and FMA, or no C compiler)")
@@ -190,30 +191,32 @@ def rows() -> None:
     print("| shape | weights | F.linear | packed (+ a copy) | locret's kernel, in place | kernel / packed "
           "| int8 weights (`_weight_int8pack_mm`) |")
     print("|---|---:|---:|---:|---:|---:|---:|")
-    for name, shapes, layers, head in (("Qwen2.5-1.5B", QWEN15_LINEARS, 28, (151936, 1536)),
-                                       ("SmolLM2-135M", smollm2, 30, (49152, 576))):
-        weights = [torch.randn(o, i, dtype=torch.bfloat16) for _ in range(layers) for o, i in shapes]
-        weights.append(torch.randn(*head, dtype=torch.bfloat16))
-        inputs = {i: torch.randn(1, i, dtype=torch.bfloat16) for _, i in shapes}
-        split = {o: [o] for o, _ in shapes}  # the kernel takes siblings apart, as the model's modules hold them
-        split[1536 + 2 * 256], split[2 * 8960], split[576 + 2 * 192], split[2 * 1536] = \
-            [1536, 256, 256], [8960, 8960], [576, 192, 192], [1536, 1536]
-        apart = [list(w.split(split.get(w.shape[0], [w.shape[0]]))) for w in weights]
-        apart = [[p.contiguous() for p in parts] for parts in apart]
-        packed_weights = [packed(w, 1) for w in weights]
-        total = sum(w.numel() * 2 for w in weights)
-        ways = (lambda: [F.linear(inputs[w.shape[1]], w) for w in weights],
-                lambda: [packed_linear(inputs[w.shape[1]], p) for w, p in zip(weights, packed_weights)],
-                lambda: [rows_product(inputs[parts[0].shape[1]], p, None) for parts in apart for p in parts])
-        took = [seconds(way, 10) for way in ways]
-        cells = [f"{1e3 * t:.1f} ms ({total / t / 1e9:.1f} GB/s)" for t in took]
-        del packed_weights, apart
-        int8 = [(torch.randint(-127, 128, w.shape, dtype=torch.int8), torch.rand(w.shape[0]).bfloat16()) for w in weights]
-        int8_s = seconds(lambda: [torch._weight_int8pack_mm(inputs[q.shape[1]], q, scale) for q, scale in int8], 10)
-        print(f"| {name} | {total / 2**30:.2f} GiB | " + " | ".join(cells) + f" | {took[2] / took[1]:.2f} | "
-              f"{1e3 * int8_s:.1f} ms ({total / 2 / int8_s / 1e9:.1f} GB/s) |")
-        del weights, int8
+    qwen_splits = [[1536, 256, 256], [1536], [8960, 8960], [1536]]
+    print(step_rows("Qwen2.5-1.5B", QWEN15_LINEARS, qwen_splits, 28, (151936, 1536)))
+    print(step_rows("SmolLM2-135M", smollm2, [[576, 192, 192], [576], [1536, 1536], [576]], 30, (49152, 576)))
     print(f"memory read (bench's 256 MiB sum): {memory_rate(torch.device('cpu')) / 1e9:.1f} GB/s")
+
+
+def step_rows(name: str, shapes: list, splits: list, layers: int, head: tuple[int, int]) -> str:
+    """One line of `rows`: `layers` layers of the joined `shapes` (split into the modules' `splits`) and a head."""
+    from locret_cli.runtime.native_rows import rows_product
+
+    weights = [torch.randn(o, i, dtype=torch.bfloat16) for _ in range(layers) for o, i in shapes]
+    weights.append(torch.randn(*head, dtype=torch.bfloat16))
+    apart = [[p.contiguous() for p in w.split(split)] for w, split in zip(weights, splits * layers + [[head[0]]])]
+    inputs = {i: torch.randn(1, i, dtype=torch.bfloat16) for _, i in shapes}
+    packed_weights = [packed(w, 1) for w in weights]
+    total = sum(w.numel() * 2 for w in weights)
+    ways = (lambda: [F.linear(inputs[w.shape[1]], w) for w in weights],
+            lambda: [packed_linear(inputs[w.shape[1]], p) for w, p in zip(weights, packed_weights)],
+            lambda: [rows_product(inputs[p.shape[1]], p, None) for parts in apart for p in parts])
+    took = [seconds(way, 10) for way in ways]
+    packed_weights.clear(), apart.clear()
+    int8 = [(torch.randint(-127, 128, w.shape, dtype=torch.int8), torch.rand(w.shape[0]).bfloat16()) for w in weights]
+    int8_s = seconds(lambda: [torch._weight_int8pack_mm(inputs[q.shape[1]], q, scale) for q, scale in int8], 10)
+    cells = [f"{1e3 * t:.1f} ms ({total / t / 1e9:.1f} GB/s)" for t in took]
+    return (f"| {name} | {total / 2**30:.2f} GiB | " + " | ".join(cells) + f" | {took[2] / took[1]:.2f} | "
+            f"{1e3 * int8_s:.1f} ms ({total / 2 / int8_s / 1e9:.1f} GB/s) |")
 
 
 def main() -> None:

@@ -132,7 +132,8 @@ def main() -> None:
     parser.add_argument("--chunks", type=int, default=6)
     parser.add_argument("--steps", type=int, default=32)
     parser.add_argument("--heads-hidden", type=int, default=1024, help="the retaining heads' hidden width")
-    parser.add_argument("--no-pack", action="store_true", help="leave one-row products to torch (no kernel, no packing)")
+    parser.add_argument("--no-pack", action="store_true",
+                        help="leave one-row products to torch (no kernel, no packing)")
     parser.add_argument("--fp32-weights", action="store_true",
                         help="in fp32, hold the weights in fp32 (else they stay bf16, as a bf16 checkpoint loads)")
     args = parser.parse_args()
@@ -169,7 +170,8 @@ def main() -> None:
     print(table("decode step", breakdown(prof, wall * 1e6), steps, plain_decode))
     weights = "bf16 weights computing in fp32" if widened else args.dtype
     print(f"\n{args.preset} shape, random weights, {weights}, budget {args.budget}, chunk {args.chunk}, "
-          f"heads hidden {args.heads_hidden}, one-row products {'by torch' if args.no_pack else 'as a session runs them'}, "
+          f"heads hidden {args.heads_hidden}, "
+          f"one-row products {'by torch' if args.no_pack else 'as a session runs them'}, "
           f"{torch.get_num_threads()} threads")
 
 

@@ -9,17 +9,13 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers.engines import chunks_of, random_ids
+from helpers.engines import greedy_answer
 from helpers.models import tiny_model
 
-from locret_cli.core.engine import Engine
 from locret_cli.core.families import FAMILIES
 from locret_cli.core.heads import RetainingHeads
-from locret_cli.core.policies.locret import LocretPolicy
-from locret_cli.inputs.prompt import PromptTokens
 from locret_cli.runtime import native_rows
 from locret_cli.runtime.packed_linear import packable
-from locret_cli.settings import AnswerSettings, ReadSettings
 
 needs_kernel = pytest.mark.skipif(native_rows.kernels() is None,
                                   reason="the rows kernel needs AVX2, FMA and a C compiler")
@@ -77,12 +73,7 @@ def test_chunks_other_dtypes_and_mismatched_biases_are_left_to_torch():
 
 def answer(model) -> tuple[list[int], torch.Tensor]:
     torch.manual_seed(0)
-    heads = RetainingHeads.for_model(model)
-    engine = Engine(model, LocretPolicy(heads), ReadSettings(budget=40, chunk_size=32, stabilizers=8),
-                    PromptTokens(stop_ids=frozenset()), answering=AnswerSettings(max_new_tokens=16))
-    engine.read(chunks_of(random_ids(160), 32))
-    logits = engine.forward([3, 4, 5], score=False)
-    return engine.decode(engine.sampler.pick(logits))[0], logits
+    return greedy_answer(model, RetainingHeads.for_model(model))
 
 
 @needs_kernel

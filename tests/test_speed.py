@@ -6,37 +6,25 @@ import json
 
 import pytest
 import torch
-from helpers.engines import chunks_of, random_ids
+from helpers.engines import greedy_answer
 from helpers.models import tiny_model
 
-from locret_cli.core.engine import Engine
 from locret_cli.core.heads import RetainingHeads
-from locret_cli.core.policies.locret import LocretPolicy
-from locret_cli.inputs.prompt import PromptTokens
 from locret_cli.runtime import dtype_probe, packed_linear
 from locret_cli.runtime.packed_linear import PACKED_ATTRIBUTE, pack_if_room, pack_linears, packable
-from locret_cli.settings import AnswerSettings, ReadSettings
 
 needs_onednn = pytest.mark.skipif(not packable(torch.nn.Linear(2, 2).to(torch.bfloat16)),
                                   reason="this torch build has no oneDNN packed linear")
-
-
-def answer(model, heads) -> tuple[list[int], torch.Tensor]:
-    engine = Engine(model, LocretPolicy(heads), ReadSettings(budget=40, chunk_size=32, stabilizers=8),
-                    PromptTokens(stop_ids=frozenset()), answering=AnswerSettings(max_new_tokens=16))
-    engine.read(chunks_of(random_ids(160), 32))
-    logits = engine.forward([3, 4, 5], score=False)
-    return engine.decode(engine.sampler.pick(logits))[0], logits
 
 
 @needs_onednn
 def test_packed_linears_give_the_same_logits_and_greedy_tokens():
     model = tiny_model("qwen2").to(torch.bfloat16)  # q/k/v biases go through the packed product too
     heads = RetainingHeads.for_model(model)
-    before_tokens, before_logits = answer(model, heads)
+    before_tokens, before_logits = greedy_answer(model, heads)
     assert pack_linears(model) == 2 * 7 + 1  # every projection of both layers, and the LM head
     assert pack_linears(model) == 0  # idempotent
-    after_tokens, after_logits = answer(model, heads)
+    after_tokens, after_logits = greedy_answer(model, heads)
     assert after_tokens == before_tokens and torch.equal(after_logits, before_logits)
 
 

@@ -36,7 +36,7 @@ from locret_cli.models.reader_files import load_reader
 from locret_cli.models.shipped import find_shipped
 from locret_cli.models.spec import ModelSpec
 from locret_cli.runtime import native_attention
-from locret_cli.runtime.native_rows import rows_in_place
+from locret_cli.runtime.native_rows import take_rows
 from locret_cli.runtime.packed_linear import pack_if_room
 from locret_cli.settings import DEFAULT_POLICY, AnswerSettings, policy_knobs
 from locret_cli.units import human_bytes
@@ -177,7 +177,7 @@ class Session:
         CPU in bf16 chunks' attention by locret's kernel where it ran faster (`native_attention.py`). Returns how it
         computes, for the cost table ("bf16: ...; one-row products by locret's kernel")."""
         model = self.loaded.model
-        in_place = rows_in_place(model)
+        in_place = take_rows(model)
         packed = pack_if_room(model)
         parts = [self.loaded.dtype_reason or str(compute_dtype(model)).removeprefix("torch.")]
         parts += ["one-row products by locret's kernel, weights in place"] if in_place else []

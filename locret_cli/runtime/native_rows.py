@@ -29,7 +29,6 @@ from torch import nn
 from locret_cli.core.profile_marks import ROWS_KERNEL, mark
 from locret_cli.runtime import native_build
 from locret_cli.runtime.dtype_probe import cpuinfo
-from locret_cli.runtime.offload import is_offloaded
 
 SOURCE = native_build.NATIVE / "rows_bf16w.c"
 ROWS = 4  # inputs of at most this many rows go to the kernel; more are a chunk, for torch's product
@@ -80,7 +79,7 @@ def _rows_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
 
 def takes_rows(module: nn.Module) -> bool:
     """Whether `module` is a plain bf16 `nn.Linear` on the CPU with torch's forward, which `take_rows` would give
-    the kernel's."""
+    the kernel's (a weight left on disk by `--max-memory` is on the meta device, its forward the loading hook's)."""
     return (type(module) is nn.Linear and module.weight.dtype == torch.bfloat16 and module.weight.device.type == "cpu"
             and module.weight.is_contiguous() and "forward" not in vars(module))
 
@@ -96,8 +95,3 @@ def take_rows(model: nn.Module) -> int:
         module.forward = types.MethodType(_rows_forward, module)
     return sum({id(m.weight): m.weight.numel() * 2 for m in taken}.values())
 
-
-def rows_in_place(model: nn.Module) -> int:
-    """`take_rows` for a model whose weights are in memory; 0 for one whose weights wait on disk (`--max-memory`),
-    whose loading hooks own its forwards."""
-    return 0 if is_offloaded(model) else take_rows(model)

@@ -33,3 +33,18 @@ def distinct_table(kv_heads: int, n: int) -> torch.Tensor:
     """Head 0 prefers early tokens, head 1 a scrambled order: no ties, different choices per head."""
     rows = [-torch.arange(n, dtype=torch.float32), ((torch.arange(n) * 37) % 101).float() + torch.arange(n) / 1000]
     return torch.stack([rows[h % 2] for h in range(kv_heads)])
+
+
+def greedy_answer(model, heads) -> tuple[list[int], torch.Tensor]:
+    """The greedy tokens and the question's logits after a locret read of 160 random tokens (budget 40, chunk 32):
+    what a speed-up that must not change a result is checked against."""
+    from locret_cli.core.engine import Engine
+    from locret_cli.core.policies.locret import LocretPolicy
+    from locret_cli.inputs.prompt import PromptTokens
+    from locret_cli.settings import AnswerSettings, ReadSettings
+
+    engine = Engine(model, LocretPolicy(heads), ReadSettings(budget=40, chunk_size=32, stabilizers=8),
+                    PromptTokens(stop_ids=frozenset()), answering=AnswerSettings(max_new_tokens=16))
+    engine.read(chunks_of(random_ids(160), 32))
+    logits = engine.forward([3, 4, 5], score=False)
+    return engine.decode(engine.sampler.pick(logits))[0], logits

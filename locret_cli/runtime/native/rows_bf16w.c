@@ -11,10 +11,13 @@
  * fp32.
  * rows_bf16: the same for a model computing in bf16 (runtime/native_rows.py), with no packed copy of its weights:
  * x (rows, in), bias (out,) or NULL and y (rows, out) are bf16; x and bias widen exactly, the products are summed in
- * fp32 as above, and each output is rounded to bf16 once, to nearest even, as torch rounds.
- * Each returns 0, or 1 where this build has no AVX2 and FMA (the caller then keeps torch's product).
+ * fp32 as above (x widened into a buffer once per call), and each output is rounded to bf16 once, to nearest even,
+ * as torch rounds.
+ * Each returns 0, 1 where this build has no AVX2 and FMA (the caller then keeps torch's product), or 2 where the
+ * buffer could not be allocated (likewise).
  */
 #include <stdint.h>
+#include <stdlib.h>
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
@@ -64,27 +67,6 @@ int rows_bf16w(const float *x, int64_t rows, int64_t in, const uint16_t *w, int6
     return 0;
 }
 
-static float dot_bf16(const uint16_t *x, const uint16_t *w, int64_t in) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    int64_t i = 0;
-    for (; i + 32 <= in; i += 32) {
-        a0 = _mm256_fmadd_ps(widen8(w + i), widen8(x + i), a0);
-        a1 = _mm256_fmadd_ps(widen8(w + i + 8), widen8(x + i + 8), a1);
-        a2 = _mm256_fmadd_ps(widen8(w + i + 16), widen8(x + i + 16), a2);
-        a3 = _mm256_fmadd_ps(widen8(w + i + 24), widen8(x + i + 24), a3);
-    }
-    for (; i + 8 <= in; i += 8)
-        a0 = _mm256_fmadd_ps(widen8(w + i), widen8(x + i), a0);
-    __m256 a = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    s = _mm_hadd_ps(s, s);
-    s = _mm_hadd_ps(s, s);
-    float total = _mm_cvtss_f32(s);
-    for (; i < in; i++)
-        total += widen1(w[i]) * widen1(x[i]);
-    return total;
-}
-
 static inline uint16_t round_bf16(float f) {  /* to nearest even; a NaN stays a (quiet) NaN */
     union { float f; uint32_t u; } c = {f};
     if ((c.u & 0x7fffffffu) > 0x7f800000u)
@@ -94,13 +76,19 @@ static inline uint16_t round_bf16(float f) {  /* to nearest even; a NaN stays a 
 
 int rows_bf16(const uint16_t *x, int64_t rows, int64_t in, const uint16_t *w, int64_t out, const uint16_t *bias,
               uint16_t *y) {
+    float *wide = malloc((size_t)(rows * in) * sizeof(float)); /* x widened once, for `dot` */
+    if (!wide)
+        return 2;
+    for (int64_t i = 0; i < rows * in; i++)
+        wide[i] = widen1(x[i]);
 #pragma omp parallel for schedule(static)
     for (int64_t first = 0; first < out; first += OUTPUTS) {
         int64_t last = first + OUTPUTS < out ? first + OUTPUTS : out;
         for (int64_t r = 0; r < rows; r++)
             for (int64_t o = first; o < last; o++)
-                y[r * out + o] = round_bf16(dot_bf16(x + r * in, w + o * in, in) + (bias ? widen1(bias[o]) : 0.0f));
+                y[r * out + o] = round_bf16(dot(wide + r * in, w + o * in, in) + (bias ? widen1(bias[o]) : 0.0f));
     }
+    free(wide);
     return 0;
 }
 
