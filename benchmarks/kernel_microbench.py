@@ -14,6 +14,9 @@
     python benchmarks/kernel_microbench.py rows      # all linears of one decode step of Qwen2.5-1.5B and SmolLM2,
                                                        # bf16: F.linear, oneDNN packed (siblings joined, as locret
                                                        # packs them), locret's rows kernel on the weights in place
+    python benchmarks/kernel_microbench.py int8-rows # the same Qwen2.5-1.5B step, fp32 and bf16 rows: the weights
+                                                       # fp32, bf16 by locret's kernel, int8 by locret's kernel and
+                                                       # by torch's `_weight_int8pack_mm` (`--load-8bit`)
 
 Each time is the mean of repeated calls after warm-up, in a process doing nothing else.
 """
@@ -165,12 +168,16 @@ def rates() -> None:
         a, w = torch.randn(m, k), torch.randn(n, k)
         a16, w16 = a.bfloat16(), w.bfloat16()
         a8, w8t = torch.randint(-127, 127, (m, k), dtype=torch.int8), torch.randint(-127, 127, (k, n), dtype=torch.int8)
-        w16_packed = packed(w16, m)
+        try:
+            w16_packed = packed(w16, m)
+        except RuntimeError:  # oneDNN packs bf16 only with AVX-512 or AVX-NE-CONVERT
+            w16_packed = None
         for threads in (1, 2):
             torch.set_num_threads(threads)
             kernels = (lambda: F.linear(a, w), lambda: F.linear(a16, w16),
-                       lambda: packed_linear(a16, w16_packed), lambda: torch._int_mm(a8, w8t))
-            cells = [f"{2 * m * k * n / seconds(fn, 10) / 1e9:,.0f}" for fn in kernels]
+                       None if w16_packed is None else lambda: packed_linear(a16, w16_packed),
+                       lambda: torch._int_mm(a8, w8t))
+            cells = ["-" if fn is None else f"{2 * m * k * n / seconds(fn, 10) / 1e9:,.0f}" for fn in kernels]
             print(f"| {name} | {threads} | " + " | ".join(cells) + " |")
     print("GFLOP/s (int8: GOP/s), each the mean of 10 products after 3 warm-ups")
 
@@ -219,11 +226,46 @@ def step_rows(name: str, shapes: list, splits: list, layers: int, head: tuple[in
             f"{1e3 * int8_s:.1f} ms ({total / 2 / int8_s / 1e9:.1f} GB/s) |")
 
 
+def int8_rows() -> None:
+    """One decode step's linears of Qwen2.5-1.5B (the modules apart, as the model holds them), one row each, all
+    distinct weights: rows in fp32 (a CPU computing in fp32) and bf16 (one computing in bf16), against weights in
+    the compute dtype by F.linear, bf16 weights by locret's kernel, and int8 weights with a scale per row by locret's
+    kernel and by torch's `_weight_int8pack_mm`."""
+    from locret_cli.runtime.native_rows import int8_kernels, int8_rows_product, rows_product
+
+    if int8_kernels() is None:
+        raise SystemExit("locret's rows kernels are not built here (no AVX2 and FMA, or no C compiler)")
+    splits = [[1536, 256, 256], [1536], [8960, 8960], [1536]]
+    shapes = [(o, i) for (_, i), split in zip(QWEN15_LINEARS, splits) for o in split] * 28 + [(151936, 1536)]
+    count = sum(o * i for o, i in shapes)
+    print(f"| rows | weights in the compute dtype, F.linear | bf16, locret's kernel | int8, locret's kernel | "
+          f"int8, `_weight_int8pack_mm` | ({count / 1e9:.2f} G weights a step) |")
+    print("|---|---:|---:|---:|---:|---|")
+    for dtype in (torch.float32, torch.bfloat16):
+        inputs = {i: torch.randn(1, i, dtype=dtype) for _, i in shapes}
+        cells = []
+        for make, way in ((lambda o, i: (torch.randn(o, i, dtype=dtype),), F.linear),
+                          (lambda o, i: (torch.randn(o, i, dtype=torch.bfloat16),),
+                           lambda x, w: rows_product(x, w, None)),
+                          (lambda o, i: (torch.randint(-127, 128, (o, i), dtype=torch.int8), torch.rand(o, dtype=dtype)),
+                           lambda x, q, s: int8_rows_product(x, q, s, None)),
+                          (lambda o, i: (torch.randint(-127, 128, (o, i), dtype=torch.int8), torch.rand(o, dtype=dtype)),
+                           lambda x, q, s: torch._weight_int8pack_mm(x, q, s))):
+            weights = [make(o, i) for o, i in shapes]
+            took = seconds(lambda: [way(inputs[w[0].shape[1]], *w) for w in weights], 10)
+            size = sum(w[0].numel() * w[0].element_size() for w in weights)
+            cells.append(f"{1e3 * took:.1f} ms ({size / took / 1e9:.1f} GB/s)")
+            weights.clear()
+        print(f"| {str(dtype).removeprefix('torch.')} | " + " | ".join(cells) + " | |")
+    print(f"memory read (bench's 256 MiB sum): {memory_rate(torch.device('cpu')) / 1e9:.1f} GB/s")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("which", choices=("linear", "chain", "sdpa", "chunk", "one-query", "rates", "rows"))
+    parser.add_argument("which", choices=("linear", "chain", "sdpa", "chunk", "one-query", "rates", "rows",
+                                          "int8-rows"))
     {"linear": linear, "chain": chain, "sdpa": sdpa, "chunk": chunk, "one-query": one_query,
-     "rates": rates, "rows": rows}[parser.parse_args().which]()
+     "rates": rates, "rows": rows, "int8-rows": int8_rows}[parser.parse_args().which]()
 
 
 if __name__ == "__main__":

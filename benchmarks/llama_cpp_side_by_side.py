@@ -1,18 +1,18 @@
 """locret beside llama.cpp on the same model, CPU and threads: prompt processing, decode and peak memory.
 
     python benchmarks/llama_cpp_side_by_side.py --gguf runs/qwen1.5b/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf \\
-        --model runs/qwen1.5b/qwen2.5-coder-1.5b-instruct --lengths 8k,32k [--fp32-weights-too] > side.md
+        --model runs/qwen1.5b/qwen2.5-coder-1.5b-instruct --lengths 8k,32k [--variants stored,int8] > side.md
 
 llama.cpp (`pip install llama-cpp-python`, which compiles it from its sdist on this machine: build it into a
 benchmark venv, never CI's; `--llama-python` names its Python) reads the GGUF file, its weights staying 4-bit, and evaluates the first N tokens of the
 handbook (`samples/handbook.txt`) in batches of 512, then decodes `--decode` greedy tokens. locret reads its
 converted folder of the same file through `locret bench` (its own fresh process per cell; a generated document of N
 tokens; the locret policy at the model's recorded settings, and `--policy full`), and decodes as many tokens.
-`--fp32-weights-too` adds locret's rows with `LOCRET_BF16_WEIGHTS=0` (weights widened to fp32 when they load, as
-before `runtime/bf16_weights.py`) where the CPU computes in fp32; `--packed-too` adds them with
-`LOCRET_NATIVE_ROWS=0` (one-row products through oneDNN's packed copy of the weights, as before
-`runtime/native_rows.py`) where it computes in bf16. Every cell runs alone, one after another, with the
-same thread count: run nothing else meanwhile. Prints a markdown table and writes the raw figures as JSON lines to
+`--variants` names the ways locret's rows load the model (`VARIANTS`): `stored` (the weights as the folder stores
+them, bf16), `int8` (`--load-8bit`), `fp32-weights` (`LOCRET_BF16_WEIGHTS=0`: widened to fp32 when they load, as
+before `runtime/bf16_weights.py`, where the CPU computes in fp32) and `packed` (`LOCRET_NATIVE_ROWS=0`: one-row
+products through oneDNN's packed copy of the weights, as before `runtime/native_rows.py`, where it computes in
+bf16). Every cell runs alone, one after another, with the same thread count: run nothing else meanwhile. Prints a markdown table and writes the raw figures as JSON lines to
 `--out` (one per cell; a rerun skips the cells there, so an interrupted run resumes).
 """
 
@@ -29,6 +29,12 @@ from pathlib import Path
 
 HANDBOOK = Path(__file__).resolve().parents[1] / "samples" / "handbook.txt"
 BATCH = 512
+VARIANTS = {  # name -> (environment, bench options, the rows' label)
+    "stored": ({}, [], ""),
+    "int8": ({}, ["--load-8bit"], ", int8 weights"),
+    "fp32-weights": ({"LOCRET_BF16_WEIGHTS": "0"}, [], ", fp32 weights"),
+    "packed": ({"LOCRET_NATIVE_ROWS": "0"}, [], ", oneDNN-packed copy"),
+}
 
 
 def llama_cell(gguf: str, length: int, decode: int, threads: int) -> dict:
@@ -53,10 +59,11 @@ def llama_cell(gguf: str, length: int, decode: int, threads: int) -> dict:
             "peak_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "threads": threads}
 
 
-def locret_rows(model: str, length: int, decode: int, threads: int, env: dict, label: str) -> list[dict]:
-    """`locret bench`'s locret and full rows for one length, each cell in its own process."""
+def locret_rows(model: str, length: int, decode: int, threads: int, variant: str) -> list[dict]:
+    """`locret bench`'s locret and full rows for one length and variant, each cell in its own process."""
+    env, options, label = VARIANTS[variant]
     command = [sys.executable, "-m", "locret_cli", "bench", "--model", model, "--policies", "locret,full",
-               "--lengths", str(length), "--samples", "1", "--max-new-tokens", str(decode), "--json"]
+               "--lengths", str(length), "--samples", "1", "--max-new-tokens", str(decode), "--json", *options]
     done = subprocess.run(command, capture_output=True, text=True, check=True,
                           env={**os.environ, **env, "OMP_NUM_THREADS": str(threads)})
     document = json.loads(done.stdout)
@@ -86,8 +93,7 @@ def main() -> None:
     parser.add_argument("--lengths", default="8k")
     parser.add_argument("--decode", type=int, default=32)
     parser.add_argument("--threads", type=int, default=os.cpu_count())
-    parser.add_argument("--fp32-weights-too", action="store_true")
-    parser.add_argument("--packed-too", action="store_true")
+    parser.add_argument("--variants", default="stored", help=f"comma-separated, of {', '.join(VARIANTS)}")
     parser.add_argument("--llama-python", default=sys.executable, help="the Python that has llama_cpp installed")
     parser.add_argument("--systems", default="llama.cpp,locret", help="the systems to measure now")
     parser.add_argument("--out", default="runs/llama-side.jsonl")
@@ -100,8 +106,9 @@ def main() -> None:
     cells = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
     done = {(c["system"], c["length"], c.get("variant", ", fp32 weights" if c["row"].endswith("fp32 weights") else ""))
             for c in cells}
-    variants = [({}, "")] + ([({"LOCRET_BF16_WEIGHTS": "0"}, ", fp32 weights")] if args.fp32_weights_too else []) \
-        + ([({"LOCRET_NATIVE_ROWS": "0"}, ", oneDNN-packed copy")] if args.packed_too else [])
+    variants = args.variants.split(",")
+    if unknown := set(variants) - set(VARIANTS):
+        parser.error(f"unknown variants {', '.join(sorted(unknown))}; choose from {', '.join(VARIANTS)}")
     for length in (int(n[:-1]) * 1024 if n.endswith("k") else int(n) for n in args.lengths.split(",")):
         new = []
         if "llama.cpp" in args.systems and ("llama.cpp", length, "") not in done:
@@ -109,9 +116,9 @@ def main() -> None:
                                     "--decode", str(args.decode), "--threads", str(args.threads),
                                     "--llama-cell", str(length)], capture_output=True, text=True, check=True)
             new.append(json.loads(child.stdout.strip().splitlines()[-1]))
-        for env, label in variants if "locret" in args.systems else ():
-            if ("locret", length, label) not in done:
-                new += locret_rows(args.model, length, args.decode, args.threads, env, label)
+        for variant in variants if "locret" in args.systems else ():
+            if ("locret", length, VARIANTS[variant][2]) not in done:
+                new += locret_rows(args.model, length, args.decode, args.threads, variant)
         with out.open("a") as sink:
             sink.writelines(json.dumps(c) + "\n" for c in new)
         cells += new

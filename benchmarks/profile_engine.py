@@ -32,6 +32,7 @@ from locret_cli.inputs.tokenizer import TiktokenTokenizer
 from locret_cli.models.arch import random_model
 from locret_cli.models.loading import DTYPES
 from locret_cli.runtime.bf16_weights import keep_bf16_weights
+from locret_cli.runtime.int8_linear import quantize_linears
 from locret_cli.runtime.native_rows import take_rows
 from locret_cli.runtime.packed_linear import pack_linears
 from locret_cli.settings import AnswerSettings, ReadSettings
@@ -136,12 +137,15 @@ def main() -> None:
                         help="leave one-row products to torch (no kernel, no packing)")
     parser.add_argument("--fp32-weights", action="store_true",
                         help="in fp32, hold the weights in fp32 (else they stay bf16, as a bf16 checkpoint loads)")
+    parser.add_argument("--int8", action="store_true", help="int8 linear weights, as `--load-8bit` quantizes them")
     args = parser.parse_args()
 
     widened = args.dtype == "fp32" and not args.fp32_weights
     model = random_model(args.preset, torch.bfloat16 if widened else DTYPES[args.dtype])
     if widened:
         keep_bf16_weights(model)
+    if args.int8:
+        quantize_linears(model)
     torch.manual_seed(0)
     heads = RetainingHeads.for_model(model, args.heads_hidden).eval()
     if not args.no_pack:  # as a session makes it ready: one row by locret's kernel where built, else packed
@@ -168,7 +172,7 @@ def main() -> None:
         wall = time.perf_counter() - started
     print()
     print(table("decode step", breakdown(prof, wall * 1e6), steps, plain_decode))
-    weights = "bf16 weights computing in fp32" if widened else args.dtype
+    weights = ("int8 weights" if args.int8 else "bf16 weights") + " computing in fp32" if widened else args.dtype
     print(f"\n{args.preset} shape, random weights, {weights}, budget {args.budget}, chunk {args.chunk}, "
           f"heads hidden {args.heads_hidden}, "
           f"one-row products {'by torch' if args.no_pack else 'as a session runs them'}, "

@@ -63,3 +63,36 @@ def test_strict_keeps_a_grounded_answer_and_its_own_refusal():
     assert not untrusted(None, GATE, "It is 4821.", ground(GATE, "It is 4821.", DEPOT))
     refusal = "The document does not say."
     assert not untrusted(None, GATE, refusal, ground(GATE, refusal, DEPOT))
+
+
+FAIR = DocumentText(["The spring fair was not held in Oslo; it was held in Bergen. The autumn fair was not held in "
+                     "Molde, Bodø or Alta."], ["p. 1"])
+CREW = DocumentText(["The lock keeper is Ingrid and the harbour pilot is Kwame. The ferry master, who joined in 1990, "
+                     "is Tove. The timeout, which defaults to 30 seconds, can be changed."], ["p. 1"])
+SPRING, PILOT, KEEPER = "Where was the spring fair held?", "Who is the harbour pilot?", "Who is the lock keeper?"
+
+
+@pytest.mark.parametrize("question, answer, grounded", [
+    (SPRING, "Bergen.", True),  # the negation's reach ends at the semicolon
+    (SPRING, "It was held in Bergen.", True),
+    (SPRING, "Oslo.", False),
+    (SPRING, "It was held in Oslo.", False),
+    (SPRING, "It was not held in Oslo.", True),
+    ("Where was the autumn fair held?", "Bodø.", False),  # a list after a negation is denied whole
+])
+def test_a_value_after_a_negation_and_a_semicolon_is_bound_and_the_negated_one_is_not(question, answer, grounded):
+    assert ground(question, answer, FAIR).grounded == grounded
+
+
+@pytest.mark.parametrize("question, answer, grounded", [
+    (PILOT, "Kwame.", True),
+    (PILOT, "The harbour pilot is Kwame.", True),
+    (PILOT, "Ingrid.", False),  # the lock keeper's name, in the sentence that names the harbour pilot
+    (PILOT, "The harbour pilot is Ingrid.", False),
+    (KEEPER, "Ingrid.", True),
+    (KEEPER, "Kwame.", False),
+    ("Who is the ferry master?", "Tove.", True),  # a clause between the thing and its value gives no other thing
+    ("What is the timeout?", "30 seconds.", True),
+])
+def test_a_name_the_sentence_gives_another_thing_is_not_bound_to_the_one_asked(question, answer, grounded):
+    assert ground(question, answer, CREW).grounded == grounded

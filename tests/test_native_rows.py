@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from helpers.engines import greedy_answer
 from helpers.models import tiny_model
+from helpers.rounding import within_rounding
 
 from locret_cli.core.families import FAMILIES
 from locret_cli.core.heads import RetainingHeads
@@ -21,14 +22,6 @@ needs_kernel = pytest.mark.skipif(native_rows.kernels() is None,
                                   reason="the rows kernel needs AVX2, FMA and a C compiler")
 FAMILY_NAMES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "mistral": "mistral", "phi3": "phi3",
                 "gemma3_text": "gemma3"}
-
-
-def within_rounding(got: torch.Tensor, exact: torch.Tensor, bound: torch.Tensor) -> bool:
-    """Whether each bf16 `got` is a rounding to bf16 of a number within `bound` of `exact`: at most one bf16 step
-    (8 significant bits) of the larger magnitude beyond the bound."""
-    reach = exact.abs() + bound
-    step = torch.exp2(torch.floor(torch.log2(reach.clamp(min=2.0 ** -120))) - 7)
-    return bool(((got.double() - exact).abs() <= bound + step).all())
 
 
 @needs_kernel

@@ -44,6 +44,7 @@ THOUSANDS = re.compile(r"(?<=\d)[,’'](?=\d{3}(?!\d))")  # the separators in 4,
 POSSESSIVE = re.compile(r"['’]s$")
 CLAUSE_END = re.compile(r"[.!?;:,]\s|[.!?;:,]$|\n|[()\[\]]")
 SENTENCE_END = re.compile(r"(?<=[.!?])[\"”')\]]*\s+|\n\s*\n")  # where a document's sentence ends
+CLAUSE_BREAK = re.compile(r"(?<=[,;:])\s+|\s+(?=(?:and|but|while|whereas)\s)", re.IGNORECASE)  # within a sentence
 QUOTED = re.compile(r'"([^"]+)"|“([^”]+)”')
 LARGEST_GAP = 2  # common words a run may hold between two specific ones ("Lord Ashby in 1820")
 ANCHOR_WORDS = 30  # a span is found only where most of the question's own specific words are this close
@@ -130,11 +131,14 @@ class DocumentText:
         self.words: list[str] = []
         self.unit_starts: list[int] = []  # the index in `words` of each unit's first word
         self.sentence_starts: list[int] = []  # the index in `words` of each sentence's first word
+        self.clause_starts: list[int] = []  # ... of each clause's (parted by , ; : and, but, while, whereas)
+        self.scope_starts: list[int] = []  # ... of each span a negation reaches over (a sentence, parted by ; : but)
         for text in unit_texts:
             self.unit_starts.append(len(self.words))
             for sentence in SENTENCE_END.split(text):
                 self.sentence_starts.append(len(self.words))
-                self.words += words(sentence)
+                self.scope_starts.append(len(self.words))
+                self._add_clauses(sentence)
         self.char_starts, at = [], 0  # where each word begins in `joined`
         for word in self.words:
             self.char_starts.append(at)
@@ -143,6 +147,16 @@ class DocumentText:
         self.where: dict[str, list[int]] = {}
         for index, word in enumerate(self.words):
             self.where.setdefault(word, []).append(index)
+
+    def _add_clauses(self, sentence: str) -> None:
+        at = 0
+        for mark in [*CLAUSE_BREAK.finditer(sentence), None]:
+            self.clause_starts.append(len(self.words))
+            self.words += words(sentence[at:None if mark is None else mark.start()])
+            if mark is not None:
+                at = mark.end()
+                if sentence[mark.start() - 1] in ";:" or sentence[at:at + 4].lower() == "but ":
+                    self.scope_starts.append(len(self.words))
 
     def occurrences(self, phrase: list[str]) -> list[int]:
         """The word indices where the words `phrase` occur in order."""
@@ -161,6 +175,18 @@ class DocumentText:
 
     def sentence_of(self, index: int) -> int:
         return max(bisect_right(self.sentence_starts, index) - 1, 0)
+
+    def clause_of(self, index: int) -> int:
+        return max(bisect_right(self.clause_starts, index) - 1, 0)
+
+    def clause_span(self, clause: int) -> range:
+        """The word indices of one clause."""
+        end = self.clause_starts[clause + 1] if clause + 1 < len(self.clause_starts) else len(self.words)
+        return range(self.clause_starts[clause], end)
+
+    def scope_start(self, index: int) -> int:
+        """Where the span a negation before word `index` could reach over begins."""
+        return self.scope_starts[max(bisect_right(self.scope_starts, index) - 1, 0)]
 
     def sentence_words(self, sentence: int) -> list[str]:
         end = self.sentence_starts[sentence + 1] if sentence + 1 < len(self.sentence_starts) else len(self.words)
@@ -214,7 +240,7 @@ def ground(question: str, answer: str, text: DocumentText, cut: bool = False) ->
     question_words = words(SPECIAL.sub(" ", question))
     asked = [w for w in dict.fromkeys(question_words) if w not in COMMON]
     named = [w for w in asked if any(form in text.where for form in variants(w))]
-    claims = Claims(text, named)
+    claims = Claims(text, named, COMMON)
     answer_words = words(SPECIAL.sub(" ", answer))
     yes = polarity(answer_words) if is_polar(question_words) else None
     if yes is not None:  # the yes or no is the answer's stance, not content to look up

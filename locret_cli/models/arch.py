@@ -117,7 +117,7 @@ def random_session_parts(preset: str, device: str = "auto", dtype: str = "auto",
     anything."""
     where = resolve_device(device)
     chosen = choose_dtype(dtype, where)
-    widened = bf16_weights.applies(where, chosen.dtype) and not load_8bit  # as a bf16 checkpoint would load
+    widened = bf16_weights.applies(where, chosen.dtype)  # as a bf16 checkpoint would load
     model = random_model(preset, torch.bfloat16 if widened else chosen.dtype, device=where)
     if widened:
         bf16_weights.keep_bf16_weights(model)
@@ -125,7 +125,7 @@ def random_session_parts(preset: str, device: str = "auto", dtype: str = "auto",
         quantize_linears(model)
     torch.manual_seed(0)
     heads = RetainingHeads.for_model(model).to(device=where, dtype=compute_dtype(model)).eval()
-    reason = chosen.reason + ("; weights kept bf16 as stored" if widened else "") + \
-        ("; linear weights in int8" if load_8bit else "")
+    kept = "; weights quantized from bf16" if load_8bit else "; weights kept bf16 as stored"
+    reason = chosen.reason + (kept if widened else "") + ("; linear weights in int8" if load_8bit else "")
     loaded = LoadedModel(model, TiktokenTokenizer.byte_level(), f"{preset} shape, random weights", {}, reason)
     return loaded, heads

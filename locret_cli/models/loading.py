@@ -101,7 +101,7 @@ def load_model(
             raise ModelError(_explain_load_failure(source, exc)) from None
         return _checked(model.to(torch_device), tokenizer, name, choice.reason, load_8bit)
     # fp32 arithmetic on the CPU from a bf16 checkpoint: its weights stay bf16 in memory (`runtime/bf16_weights.py`)
-    widened = (bf16_weights.applies(torch_device, torch_dtype) and not (load_4bit or load_8bit) and cap is None
+    widened = (bf16_weights.applies(torch_device, torch_dtype) and not load_4bit and cap is None
                and stored_dtype(source, trust_remote_code) == torch.bfloat16)
     kwargs: dict = {"dtype": torch.bfloat16 if widened else torch_dtype, "trust_remote_code": trust_remote_code,
                     "attn_implementation": "sdpa"}
@@ -124,7 +124,7 @@ def load_model(
     reason = choice.reason
     if widened:
         bf16_weights.keep_bf16_weights(model)
-        reason += "; weights kept bf16 as stored"
+        reason += "; weights quantized from bf16" if load_8bit else "; weights kept bf16 as stored"
     if cap is not None:
         offload.check_cap(model, cap)
         reason += f"; {offload.describe(model)}"

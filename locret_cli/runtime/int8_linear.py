@@ -1,9 +1,17 @@
 """8-bit weights: every linear layer of a model holds int8 weights with one scale per output row (`--load-8bit`).
 
-A decode step multiplies one row by every weight, so its time is the time to read the weights: int8 halves the
-bytes. torch's `_weight_int8pack_mm` multiplies a bf16 or fp32 row by int8 weights directly. For a prefill chunk
-that kernel is several times slower than a bf16 product (docs/systems.md), so a chunk dequantizes the weight
-first (a few per cent over the bf16 product) and multiplies as usual.
+A decode step multiplies one row by every weight, so its time is the time to read the weights: int8 halves bf16's
+bytes and quarters fp32's. A step's rows go to locret's int8 kernel (`runtime/native_rows.py`), which reads the int8
+weights in place; without it (no AVX2, no compiler, `LOCRET_NATIVE_ROWS=0`) to torch's `_weight_int8pack_mm`, which
+on AVX2 CPUs ran slower than the fp32 product. For a prefill chunk both are several times slower than a dense
+product (docs/systems.md), so a chunk dequantizes the weight into one reused buffer (`bf16_weights.widened`, a few
+per cent over the product) and multiplies as usual.
+
+On a CPU that computes in fp32 (`runtime/bf16_weights.py`), a bf16 checkpoint loads bf16 and quantizes from those
+weights, with fp32 scales: the fp32 weights are never made.
+
+Each bf16 weight of a checkpoint mapped from its file is read once, to quantize it, and its pages are then handed
+back (`runtime/mapped_pages.py`): else they stayed resident beside the int8 weights.
 
 The maintained libraries were measured first, on the same CPU and shapes: torchao 0.18's int8 weight-only linear
 casts the whole int8 weight to bf16 at every call, and bitsandbytes 0.50's 8-bit linear runs far slower than bf16
@@ -20,15 +28,29 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from locret_cli.core.heads import COMPUTES_IN
+from locret_cli.core.profile_marks import ROWS_KERNEL, WIDEN, mark
 from locret_cli.core.transformers_internals import untie
+from locret_cli.runtime.bf16_weights import widened
+from locret_cli.runtime.mapped_pages import CheckpointPages
+from locret_cli.runtime.native_rows import int8_rows_product
+
+BLOCK_ROWS = 4096  # rows quantized at a time
 
 
-def quantize_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(q, scale) for `weight` (out, in): q int8 (out, in), scale (out,) in the weight's dtype, with
-    q × scale ≈ weight to within half a step of each row."""
-    scale = (weight.detach().float().abs().amax(dim=1) / 127).to(weight.dtype)  # what the product will use
-    scale = scale.clamp(min=torch.finfo(weight.dtype).tiny)  # a row of zeros stays zeros
-    q = torch.round(weight.detach().float() / scale.float()[:, None]).clamp(-127, 127).to(torch.int8)
+def quantize_rows(weight: torch.Tensor, dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(q, scale) for `weight` (out, in): q int8 (out, in), scale (out,) in `dtype` (the dtype the model computes
+    in; default the weight's), with q × scale ≈ weight to within half a step of each row. Rows are quantized
+    `BLOCK_ROWS` at a time, so that an output layer's fp32 intermediates stay small."""
+    dtype = dtype or weight.dtype
+    q = torch.empty(weight.shape, dtype=torch.int8, device=weight.device)
+    scale = torch.empty(weight.shape[0], dtype=dtype, device=weight.device)
+    for first in range(0, weight.shape[0], BLOCK_ROWS):
+        rows = weight.detach()[first:first + BLOCK_ROWS].float()
+        block = (rows.abs().amax(dim=1) / 127).to(dtype)  # what the product will use
+        block = block.clamp(min=torch.finfo(dtype).tiny)  # a row of zeros stays zeros
+        scale[first:first + BLOCK_ROWS] = block
+        q[first:first + BLOCK_ROWS] = torch.round(rows / block.float()[:, None]).clamp(-127, 127)
     return q, scale
 
 
@@ -44,19 +66,31 @@ class Int8Linear(nn.Module):
         self.bias = None if bias is None else nn.Parameter(bias.detach(), requires_grad=False)
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear) -> "Int8Linear":
-        return cls(*quantize_rows(linear.weight), linear.bias)
+    def from_linear(cls, linear: nn.Linear, dtype: torch.dtype | None = None) -> "Int8Linear":
+        """`linear` quantized, computing in `dtype` (default its weight's): the scale and the bias in it."""
+        bias = None if linear.bias is None or dtype is None else linear.bias.to(dtype)
+        return cls(*quantize_rows(linear.weight, dtype), linear.bias if dtype is None else bias)
 
     def dequantized(self) -> torch.Tensor:
-        """The weight (out, in) in the scale's dtype."""
+        """The weight (out, in) in the scale's dtype, a tensor of its own."""
         return self.weight.to(self.weight_scale.dtype) * self.weight_scale[:, None]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x (..., in) in the scale's dtype -> (..., out)."""
-        if x.numel() == x.shape[-1] and x.device.type == "cpu":  # one row: a decode step
+        if torch.is_grad_enabled() and x.requires_grad:
+            return F.linear(x, self.dequantized(), self.bias)
+        with mark(ROWS_KERNEL):
+            out = int8_rows_product(x, self.weight, self.weight_scale, self.bias)
+        if out is not None:
+            return out
+        if x.device.type != "cpu":
+            return F.linear(x, self.dequantized(), self.bias)
+        if x.numel() == x.shape[-1]:  # one row, without the kernel
             out = torch._weight_int8pack_mm(x.reshape(1, -1), self.weight, self.weight_scale).view(*x.shape[:-1], -1)
             return out if self.bias is None else out + self.bias
-        return F.linear(x, self.dequantized(), self.bias)
+        with mark(WIDEN):
+            weight = widened(self.weight, self.weight_scale.dtype).mul_(self.weight_scale[:, None])
+        return F.linear(x, weight, self.bias)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int8"
@@ -64,11 +98,15 @@ class Int8Linear(nn.Module):
 
 def quantize_linears(model: nn.Module) -> int:
     """Replace every `nn.Linear` of `model` by an Int8Linear in place (untying a tied output layer from the
-    embeddings, which keep their dtype). Returns how many were replaced."""
+    embeddings, which keep their dtype), computing in the dtype the model records (`core.heads.COMPUTES_IN`, for
+    bf16 weights kept beside fp32 arithmetic), else each weight's own. Returns how many were replaced."""
+    computes_in = getattr(model, COMPUTES_IN, None)
+    pages = CheckpointPages()
     targets = [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
                if type(child) is nn.Linear]
     for parent, name, child in targets:
-        setattr(parent, name, Int8Linear.from_linear(child))
+        setattr(parent, name, Int8Linear.from_linear(child, computes_in))
+        pages.release(child.weight)  # a checkpoint's pages, read whole and never again
     if targets:
         untie(model)
     return len(targets)

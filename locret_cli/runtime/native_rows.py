@@ -1,4 +1,5 @@
-"""A few rows times bf16 weights as they are stored, by a small C kernel of locret's own (`native/rows_bf16w.c`).
+"""A few rows times weights as they are stored, by small C kernels of locret's own: bf16 weights
+(`native/rows_bf16w.c`) and int8 weights with a scale per row (`native/rows_int8w.c`).
 
 A decode step multiplies one row by every weight of the model, so its time is the time to read the weights. Two
 kinds of model read them here instead of through torch's product:
@@ -6,11 +7,13 @@ kinds of model read them here instead of through torch's product:
   rows with bf16 weights, and widening every weight at every step is several times slower;
 - a model computing in bf16 on the CPU (`take_rows`): torch's one-row bf16 product runs far below the memory
   bandwidth, and oneDNN's faster one (`runtime/packed_linear.py`) needs a packed copy of every linear weight, the
-  weights' size again in memory (3.1 GB for Qwen2.5-Coder-1.5B). The kernel reads the weights in place.
+  weights' size again in memory (3.1 GB for Qwen2.5-Coder-1.5B). The kernel reads the weights in place;
+- a model with int8 weights (`--load-8bit`, `runtime/int8_linear.py`), in either dtype: torch's one-row int8 product
+  (`_weight_int8pack_mm`) ran slower than the fp32 product on AVX2 CPUs, so int8 weights decoded no faster.
 
-The kernel widens bf16 numbers exactly and sums the products in fp32, eight lanes and four accumulators to a row,
-so its outputs differ from torch's only by the order of the sums (and, in bf16, by where that lands the one
-rounding to bf16). It runs on torch's own OpenMP threads. It is built where the CPU has AVX2 and FMA and a compiler
+The kernels widen bf16 and int8 numbers exactly and sum the products in fp32, eight lanes and four accumulators to
+a row (an int8 row's sum then times its scale), so their outputs differ from torch's only by the order of the sums
+(and, in bf16, by where that lands the one rounding to bf16). It runs on torch's own OpenMP threads. It is built where the CPU has AVX2 and FMA and a compiler
 builds it (`runtime/native_build.py`), unless `LOCRET_NATIVE_ROWS=0`; chunks of more than `ROWS` rows, and
 training, keep torch's product.
 """
@@ -30,25 +33,56 @@ from locret_cli.core.profile_marks import ROWS_KERNEL, mark
 from locret_cli.runtime import native_build
 from locret_cli.runtime.dtype_probe import cpuinfo
 
-SOURCE = native_build.NATIVE / "rows_bf16w.c"
-ROWS = 4  # inputs of at most this many rows go to the kernel; more are a chunk, for torch's product
+ROWS = 4  # inputs of at most this many rows go to a kernel; more are a chunk, for torch's product
 POINTER, I64 = ctypes.c_void_p, ctypes.c_int64
-FUNCTIONS = {torch.float32: "rows_bf16w", torch.bfloat16: "rows_bf16"}  # by the rows' dtype
+Kernels = dict[torch.dtype, ctypes._CFuncPtr]  # a kernel's functions by the dtype of the rows they take
+
+
+def _built(source: str, names: dict[torch.dtype, str], pointers: int) -> Kernels | None:
+    """The functions `names` of `native/<source>`, where this CPU has AVX2 and FMA, a compiler builds them, and
+    `LOCRET_NATIVE_ROWS` is not 0; else None. Each takes x, its rows and width, the weight and its rows, then
+    `pointers` more (the vectors, then y)."""
+    if os.environ.get("LOCRET_NATIVE_ROWS") == "0" or not {"avx2", "fma"} <= set(cpuinfo("flags").split()):
+        return None
+    built = native_build.build(native_build.NATIVE / source)
+    if built is None:
+        return None
+    functions = {dtype: getattr(built[0], name) for dtype, name in names.items()}
+    for function in functions.values():
+        function.restype, function.argtypes = ctypes.c_int, [POINTER, I64, I64, POINTER, I64] + [POINTER] * pointers
+    return functions
 
 
 @functools.cache
-def kernels() -> dict[torch.dtype, ctypes._CFuncPtr] | None:
-    """The built functions by the dtype of the rows they take, where this CPU has AVX2 and FMA, a compiler builds
-    them, and `LOCRET_NATIVE_ROWS` is not 0; else None."""
-    if os.environ.get("LOCRET_NATIVE_ROWS") == "0" or not {"avx2", "fma"} <= set(cpuinfo("flags").split()):
-        return None
-    built = native_build.build(SOURCE)
-    if built is None:
-        return None
-    functions = {dtype: getattr(built[0], name) for dtype, name in FUNCTIONS.items()}
-    for function in functions.values():
-        function.restype, function.argtypes = ctypes.c_int, [POINTER, I64, I64, POINTER, I64, POINTER, POINTER]
-    return functions
+def kernels() -> Kernels | None:
+    """The bf16-weight kernel's functions (x, bias and y in the key's dtype), or None (`_built`)."""
+    return _built("rows_bf16w.c", {torch.float32: "rows_bf16w", torch.bfloat16: "rows_bf16"}, 2)
+
+
+@functools.cache
+def int8_kernels() -> Kernels | None:
+    """The int8-weight kernel's functions (x, scale, bias and y in the key's dtype), or None (`_built`)."""
+    return _built("rows_int8w.c", {torch.float32: "rows_int8w", torch.bfloat16: "rows_int8"}, 3)
+
+
+def _takes(x: torch.Tensor, functions: Kernels | None, *vectors: torch.Tensor | None) -> bool:
+    """Whether `functions` are built and take `x` (at most `ROWS` rows on the CPU) with `vectors` (each None or
+    contiguous in x's dtype)."""
+    return (functions is not None and x.dtype in functions and x.numel() <= ROWS * max(x.shape[-1], 1)
+            and x.device.type == "cpu"
+            and all(v is None or (v.dtype == x.dtype and v.is_contiguous()) for v in vectors))
+
+
+def _run(function: ctypes._CFuncPtr, x: torch.Tensor, weight: torch.Tensor, *vectors) -> torch.Tensor | None:
+    """`function` on x's rows and `weight` (out, in), then `vectors`' pointers: (..., out) in x's dtype, or None
+    where the kernel declined."""
+    rows = x.numel() // max(x.shape[-1], 1)
+    flat = x.reshape(rows, x.shape[-1]).contiguous()
+    out = torch.empty(rows, weight.shape[0], dtype=x.dtype)
+    pointers = [None if v is None else v.data_ptr() for v in vectors]
+    status = function(flat.data_ptr(), rows, flat.shape[1], weight.data_ptr(), weight.shape[0], *pointers,
+                      out.data_ptr())
+    return out.view(*x.shape[:-1], weight.shape[0]) if status == 0 else None
 
 
 def rows_product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor | None:
@@ -56,16 +90,20 @@ def rows_product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     (out,) in x's dtype: (..., out) in x's dtype, by the kernel; None where the kernel is not built or does not take
     these tensors."""
     functions = kernels()
-    rows = x.numel() // max(x.shape[-1], 1)
-    if (functions is None or x.dtype not in functions or rows > ROWS or x.device.type != "cpu"
-            or weight.dtype != torch.bfloat16 or not weight.is_contiguous()
-            or (bias is not None and (bias.dtype != x.dtype or not bias.is_contiguous()))):
+    if not (_takes(x, functions, bias) and weight.dtype == torch.bfloat16 and weight.is_contiguous()):
         return None
-    flat = x.reshape(rows, x.shape[-1]).contiguous()
-    out = torch.empty(rows, weight.shape[0], dtype=x.dtype)
-    status = functions[x.dtype](flat.data_ptr(), rows, flat.shape[1], weight.data_ptr(), weight.shape[0],
-                                None if bias is None else bias.data_ptr(), out.data_ptr())
-    return out.view(*x.shape[:-1], weight.shape[0]) if status == 0 else None
+    return _run(functions[x.dtype], x, weight, bias)
+
+
+def int8_rows_product(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor,
+                      bias: torch.Tensor | None) -> torch.Tensor | None:
+    """x (..., in), fp32 or bf16, of at most `ROWS` rows times the int8 weight `q` (out, in) with `scale` (out,),
+    plus `bias` (out,), scale and bias in x's dtype: (..., out) = scale × (x qᵀ) + bias in x's dtype, by the int8
+    kernel; None where it is not built or does not take these tensors."""
+    functions = int8_kernels()
+    if not (_takes(x, functions, scale, bias) and q.dtype == torch.int8 and q.is_contiguous()):
+        return None
+    return _run(functions[x.dtype], x, q, scale, bias)
 
 
 def _rows_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:

@@ -46,5 +46,5 @@ def greedy_answer(model, heads) -> tuple[list[int], torch.Tensor]:
     engine = Engine(model, LocretPolicy(heads), ReadSettings(budget=40, chunk_size=32, stabilizers=8),
                     PromptTokens(stop_ids=frozenset()), answering=AnswerSettings(max_new_tokens=16))
     engine.read(chunks_of(random_ids(160), 32))
-    logits = engine.forward([3, 4, 5], score=False)
+    logits = engine.forward([3, 4, 5, 6, 7, 8], score=False)  # more rows than a rows kernel takes: a chunk
     return engine.decode(engine.sampler.pick(logits))[0], logits
