@@ -79,18 +79,24 @@ class Int8Linear(nn.Module):
         """x (..., in) in the scale's dtype -> (..., out)."""
         if torch.is_grad_enabled() and x.requires_grad:
             return F.linear(x, self.dequantized(), self.bias)
+        if torch.compiler.is_compiling():  # a compiled step (`--compile-decode`) traces torch's ops, not ctypes calls
+            return self._torch_product(x)
         with mark(ROWS_KERNEL):
             out = int8_rows_product(x, self.weight, self.weight_scale, self.bias)
         if out is not None:
             return out
-        if x.device.type != "cpu":
-            return F.linear(x, self.dequantized(), self.bias)
-        if x.numel() == x.shape[-1]:  # one row, without the kernel
-            out = torch._weight_int8pack_mm(x.reshape(1, -1), self.weight, self.weight_scale).view(*x.shape[:-1], -1)
-            return out if self.bias is None else out + self.bias
+        if x.device.type != "cpu" or x.numel() == x.shape[-1]:
+            return self._torch_product(x)
         with mark(WIDEN):
             weight = widened(self.weight, self.weight_scale.dtype).mul_(self.weight_scale[:, None])
         return F.linear(x, weight, self.bias)
+
+    def _torch_product(self, x: torch.Tensor) -> torch.Tensor:
+        """torch's product: one row on the CPU by `_weight_int8pack_mm`, else with the weight dequantized."""
+        if x.numel() == x.shape[-1] and x.device.type == "cpu":
+            out = torch._weight_int8pack_mm(x.reshape(1, -1), self.weight, self.weight_scale).view(*x.shape[:-1], -1)
+            return out if self.bias is None else out + self.bias
+        return F.linear(x, self.dequantized(), self.bias)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int8"
