@@ -12,6 +12,7 @@
 #     `python -m recipes.qwen2_5_coder.assemble 0.5b --out runs/qwen0.5b` (and `1.5b --out runs/qwen1.5b`) has run
 #     (QWEN and QWEN15 name other folders).
 # Usage: benchmarks/cpu_targets.sh OUT_DIR    (then: python -m benchmarks.cpu_targets OUT_DIR for the table)
+#        ONLY="bench-qwen0.5b read-qwen1.5b" benchmarks/cpu_targets.sh OUT_DIR    runs only the steps named
 # Each step writes OUT_DIR/NAME.out and NAME.err, and NAME.done once it succeeded: a rerun skips the steps done, so
 # an interrupted run resumes. `lscpu` goes to OUT_DIR/cpu.txt first: name the CPU beside every figure.
 set -uo pipefail
@@ -28,6 +29,7 @@ step() {  # NAME COMMAND...: run once, unless NAME.done says it has run
   local name=$1
   shift
   [ -e "$out/$name.done" ] && { echo "$name: done before"; return 0; }
+  [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]] && { echo "$name: not in ONLY"; return 0; }
   local start=$SECONDS
   if "$@" >"$out/$name.out" 2>"$out/$name.err"; then
     touch "$out/$name.done"

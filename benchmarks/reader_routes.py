@@ -1,4 +1,4 @@
-"""SmolLM2-135M-Instruct's answers by route, with its reader and without, from one read per document.
+"""A model's answers by route, with its reader and without, from one read per document.
 
 Each document is read once (`Session.read`, the shipped heads and recorded settings unless --budget says otherwise)
 and every question is asked of that one read under each configuration:
@@ -18,6 +18,9 @@ and every question is asked of that one read under each configuration:
     words-unstated    words-route with `--fallback unstated`: the bounded cache answers too, as unstated+reader
                       says, with no reader
 
+Every answer is checked as `--strict` checks it, and reported both ways: CONFIG is what the model said, and
+CONFIG+strict what `--strict` shows ("The document does not say." where grounding withholds it).
+
 Sets: `dev` (`evaluate.py`'s dev documents: pass keys, codes and people in prose of the dev packages), `kinds`
 (`locret bench --tasks kinds`: one question of each kind per document, in the Paul Graham essays) and `natural` or
 `natural-validation` (`locret bench --tasks natural`'s halves; their documents have their own lengths, so
@@ -31,7 +34,8 @@ as each document finishes; a rerun skips the configurations a document has rows 
 `--candidate DIR` asks every configuration that has a reader a second time of the same read, with the reader in
 DIR, as `...+candidate` (two readers compared for the price of one read per document).
 `--model gemma3-270m` measures Gemma 3 270M the same way (it has no reader: the configurations without one).
-`--oracle fact+heads` or `fact+recent` reads each dev document with a fact-kept oracle (`fact_oracles.py`), and rows
+`--oracle fact+heads` or `fact+recent` reads each dev document with a fact-kept oracle (`fact_oracles.py`), and
+`--oracle passage+heads` each natural document with every asked question's passage kept (`passage_oracle.py`); rows
 name it as their policy; `--budget`, `--span` and `--lazy-after` change the read's settings, and `--load-8bit` loads
 int8 weights. Give each variant its own --out.
 """
@@ -47,6 +51,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from benchmarks.smollm2.fact_oracles import ORACLES, fact_oracle
+from benchmarks.smollm2.passage_oracle import passage_oracle
 from locret_cli.api import Session, load_session
 from locret_cli.bench.scoring import contains_match
 from locret_cli.bench.tasks import NATURAL, Question, kinds_samples, natural_samples
@@ -63,6 +68,7 @@ CONFIGS = {  # name: (answer settings changed, with the reader)
     "unstated+reader": ({"fallback": "unstated"}, True),
     "words-route": ({"reread": 1, "locate": "words"}, False),
     "words-unstated": ({"reread": 1, "locate": "words", "fallback": "unstated"}, False)}
+PASSAGE_KEPT = "passage+heads"
 
 
 def dev_questions(length: int, count: int, packages: Path | None) -> list[tuple[object, list[Question], list[str]]]:
@@ -104,7 +110,9 @@ def run(session: Session, policy: str, sets: list[str], lengths: list[int], coun
             asked = {name: questions for name, questions in asked.items() if todo[name]}
             if not asked:
                 continue
-            keeper = fact_oracle(oracle, runner, document, statements, settings) if oracle else None
+            keeper = (passage_oracle(runner, document, [q for name in asked for q in asked[name]], settings)
+                      if oracle == PASSAGE_KEPT else fact_oracle(oracle, runner, document, statements, settings)
+                      if oracle else None)
             every = [q.question for name in asked for q in asked[name]]  # a policy that reads with the questions
             reading = runner.read(document, settings, force=True, policy=keeper, questions=every)  # (finch) gets all
             for name, questions in asked.items():
@@ -112,13 +120,16 @@ def run(session: Session, policy: str, sets: list[str], lengths: list[int], coun
                 for question in questions:
                     for config, (changed, config_reader) in todo[name].items():
                         reading.engine = reading.engine.with_reader(config_reader)
-                        answering = replace(base, **changed)
+                        answering = replace(base, **changed, strict=True)  # the model's answer is kept
                         result = reading.ask(question.question, answering, sources=0)
-                        verdict = question.verdict(result.answer, reading.document_text())
+                        said = result.grounding.withheld or result.answer  # what --no-strict shows
+                        verdict = question.verdict(said, reading.document_text())
+                        strict = question.verdict(result.answer, reading.document_text())
                         rows.append({"set": name, "length": length, "policy": label, "document": index,
                                      "config": config, "kind": question.kind, "question": question.question,
-                                     "expected": [question.answer, *question.parts], "answer": result.answer,
+                                     "expected": [question.answer, *question.parts], "answer": said,
                                      "correct": verdict == "right", "route": result.route, "verdict": verdict,
+                                     "strict_answer": result.answer, "strict_verdict": strict,
                                      "tokens": result.document.tokens, "read_s": reading.read_s,
                                      "time_to_first_token_s": result.speed.time_to_first_token_s - reading.read_s,
                                      "peak_bytes": peak_memory(session.loaded.model.device)[0],
@@ -152,11 +163,15 @@ def reads(session: Session, sets: list[str], length: int, count: int, packages: 
 
 
 def read_rows(path: Path) -> list[dict]:
-    """The rows of `path`; rows without a verdict (written before scoring checked binding) are scored again from
-    their answer by `contains_match`."""
+    """The rows of `path`, and for each row with a strict answer a `CONFIG+strict` row: what --strict shows for the
+    same answer. Rows without a verdict (written before scoring checked binding) are scored again from their answer
+    by `contains_match`."""
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
-    return [{**row, "correct": row["verdict"] == "right" if "verdict" in row else all(
+    rows = [{**row, "correct": row["verdict"] == "right" if "verdict" in row else all(
         contains_match(row["answer"], value) for value in row["expected"])} for row in rows]
+    return rows + [{**row, "config": row["config"] + "+strict", "answer": row["strict_answer"],
+                    "verdict": row["strict_verdict"], "correct": row["strict_verdict"] == "right"}
+                   for row in rows if "strict_verdict" in row]
 
 
 def report(rows: list[dict]) -> str:
@@ -191,7 +206,8 @@ def main() -> None:
     parser.add_argument("--lengths", default="32000")
     parser.add_argument("--documents", type=int, default=4)
     parser.add_argument("--policy", default="locret", help="locret, or full for the ceiling")
-    parser.add_argument("--oracle", choices=ORACLES, help="a fact-kept oracle (fact_oracles.py), dev set only; "
+    parser.add_argument("--oracle", choices=(*ORACLES, PASSAGE_KEPT), help="a fact-kept oracle (fact_oracles.py), "
+                        f"dev set only, or {PASSAGE_KEPT} (passage_oracle.py), natural sets only; "
                         "rows name it as their policy")
     parser.add_argument("--reader", help="a reader directory (default: the one shipped with the model)")
     parser.add_argument("--candidate", help="a second reader directory, asked as `...+candidate` configurations")
@@ -208,13 +224,15 @@ def main() -> None:
     parser.add_argument("--report", action="store_true")
     args = parser.parse_args()
     if not args.report:
-        policy = "locret" if args.oracle == "fact+heads" else args.policy
+        policy = "locret" if args.oracle in ("fact+heads", PASSAGE_KEPT) else args.policy
         session = load_session(args.model, device="cpu", dtype="bf16", reader=args.reader, heads=args.heads,
-                               load_8bit=args.load_8bit, policy=policy)
+                               load_8bit=args.load_8bit, reads_with=policy)
         given = (("budget", args.budget), ("chunk_size", args.chunk_size), ("stabilizers", args.stabilizers),
                  ("span", args.span), ("lazy_after", args.lazy_after))
         overrides = dict(given)  # read_settings ignores the ones not given (None)
-        if args.oracle and args.sets != "dev":
+        if args.oracle == PASSAGE_KEPT and not set(args.sets.split(",")) <= set(NATURAL):
+            parser.error(f"--oracle {PASSAGE_KEPT} needs the answers' places: --sets natural or natural-validation")
+        if args.oracle in ORACLES and args.sets != "dev":
             parser.error("--oracle needs the facts' sentences: --sets dev")
         run(session, args.policy, args.sets.split(","), [int(n) for n in args.lengths.split(",")],
             args.documents, args.out, args.prose_packages, overrides, args.configs.split(","), args.oracle,

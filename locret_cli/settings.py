@@ -140,6 +140,10 @@ class AnswerSettings:
     strict: bool = setting(False, "Replace an answer whose specific content (numbers, names, codes, phrases) is not "
                                   "in the document with \"The document does not say.\", and exit with status 4.",
                            flag="--strict/--no-strict")
+    refuse_unfound: bool = setting(False, "Replace an answer whose specific content (a number, name, code or phrase) "
+                                          "occurs nowhere in the document, made up, with \"The document does not "
+                                          "say.\", and exit with status 4; --strict also withholds content the "
+                                          "document gives elsewhere.", flag="--refuse-unfound/--keep-unfound")
 
     def checked(self) -> "AnswerSettings":
         """These settings, or SettingError for a value out of bounds."""

@@ -120,3 +120,17 @@ def test_the_bounded_cache_answers_too_where_the_windows_answer_holds_up_less_th
     expected = plain.answer if shown == "bounded-cache" else windows_only.answer
     assert result.answer == expected
     assert reading.tokenizer.decode(heard, skip_special_tokens=True).strip() == expected
+
+
+@pytest.mark.parametrize("said, shown", [
+    ("The gate code of the north depot is 9917.", REFUSAL),  # 9917 occurs nowhere: made up, refused
+    ("The gate code of the north depot is wheat.", "The gate code of the north depot is wheat."),  # held elsewhere
+    (FACT, FACT)])
+def test_refuse_unfound_withholds_only_content_from_nowhere(embedded_reading, said, shown):
+    general = replace(embedded_reading, question_forms=None)
+    draft = drafted(general, said, strict=False)
+    draft.engine.answering = replace(draft.engine.answering, refuse_unfound=True)
+    checked = check_answer(general.view(), GATE, draft, sources=0)
+    assert checked.answer == shown and checked.withheld == (said if shown == REFUSAL else None)
+    strict = check_answer(general.view(), GATE, drafted(general, said), sources=0)
+    assert strict.answer == (FACT if said == FACT else REFUSAL)  # --strict also withholds the neighbour's word

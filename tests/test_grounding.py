@@ -32,6 +32,16 @@ def test_the_specific_content_is_what_the_question_does_not_hold():
     assert specific_runs("The gate code of the north depot is the one stated.", GATE) == [["one"]]
 
 
+@pytest.mark.parametrize("framed", ["According to the passage, the gate code of the north depot is 4821.",
+                                    "According to the text the gate code of the north depot is 4821.",
+                                    "In the document, the gate code of the north depot is 4821.",
+                                    "According to Halvorsen, the gate code of the north depot is 4821."])
+def test_where_the_model_says_it_read_is_not_content(framed):
+    runs = specific_runs(framed, GATE)
+    assert runs[-1] == ["4821"] and all("according" not in run and "passage" not in run for run in runs)
+    assert ground(GATE, framed, TEXT).spans[-1].status == "found"
+
+
 @pytest.mark.parametrize("question, answer, status, spans", [
     (GATE, "The gate code of the north depot is 4821.", "found", [("4821", "found", ["p. 2"])]),
     (GATE, "The gate code of the north depot is 4822.", "not_found", [("4822", "missing", [])]),
@@ -148,3 +158,14 @@ def test_a_saved_context_is_checked_from_its_text_and_refuses_a_tampered_one(emb
     with pytest.raises(LocretError, match="is corrupted: its tensors do not match the checksum") as caught:
         embedded.open(str(tmp_path / "tampered.locret"))
     assert "\n" not in str(caught.value)
+
+
+def test_refuse_unfound_keeps_an_answer_whose_words_the_document_holds(tmp_path):
+    path = tmp_path / "doc.txt"
+    path.write_text(FILLER * 40 + "The gate code of the north depot is 4821. " + FILLER * 40)
+    kept = runner.invoke(app, ["ask", str(path), "What is the gate code of the Ardent quarry?", "--no-strict",
+                               "--refuse-unfound", "--json"])
+    assert kept.exit_code == 0, kept.output
+    data = json.loads(kept.stdout)
+    assert data["answer"] != REFUSAL and data["grounding"]["status"] == "partial"
+    assert data["grounding"]["withheld"] is None and data["refuse_unfound"] is True

@@ -34,6 +34,7 @@ UNSTATED = Question("What is the gate code of the south depot?", "", candidates=
     (UNSTATED, "The gate code of the south depot is 4821.", "bound_wrong"),
     (UNSTATED, "The gate code of the south depot is the harbour pilot.", "bound_wrong"),  # the document's words
     (UNSTATED, "The gate code of the south depot is 3141.", "made_up"),
+    (UNSTATED, "According to the passage, the gate code of the south depot is 4821.", "bound_wrong"),  # not made up
 ])
 def test_each_answer_gets_its_verdict(question, answer, expected):
     assert question.verdict(answer, TEXT) == expected

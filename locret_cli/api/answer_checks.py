@@ -5,7 +5,8 @@
   phrase around a right value ("The keeper surveyors name of ... is Ashby."). When that answer is not grounded and
   the same value, restated in the question's words (`QuestionForms.restated`), is, the restated answer is shown.
 - Strict mode: an untrusted answer is replaced with "The document does not say.", and the model's words are kept
-  as `withheld`.
+  as `withheld`; `refuse_unfound` does so only for an answer whose content occurs nowhere in the document
+  (grounding `not_found`: made up).
 - Sources: none for an answer that says the document is silent; else the pages that hold the answer's content first.
 """
 
@@ -45,7 +46,8 @@ def check_answer(document: ReadDocument, question: str, drafted: DraftAnswer, so
         again = ground(question, restated, text, cut) if restated else None
         if again is not None and again.status == "found":
             answer, restated_from, grounding = restated, answer, again
-    if answering.strict and untrusted(forms, question, answer, grounding):
+    if (answering.strict and untrusted(forms, question, answer, grounding)) or (
+            answering.refuse_unfound and grounding is not None and grounding.status == "not_found"):
         answer, withheld = REFUSAL, answer
     cited = drafted.sources
     if answer == REFUSAL or (forms and forms.says_not_stated(answer)):

@@ -132,11 +132,17 @@ def document_text(name: str) -> str:
     if declared.assembly == "essays":
         files = sorted(folder.glob("*.txt"))[slice(*declared.files)]
         return "\n\n".join(file.read_text(encoding="utf-8", errors="replace").strip() for file in files)
+    return "\n\n".join(docstring_blocks(folder))
+
+
+def docstring_blocks(folder: Path) -> list[str]:
+    """A package's reference as the docstrings assembly builds it: each docstring under its dotted name, every .py
+    file under `folder` in path order."""
     blocks = []
     for file in sorted(folder.rglob("*.py"), key=lambda path: path.relative_to(folder).as_posix()):
         module = file.relative_to(folder.parent).with_suffix("").as_posix().replace("/", ".")
         blocks += _docstrings(file, module.removesuffix(".__init__"))
-    return "\n\n".join(blocks)
+    return blocks
 
 
 def read_questions(path: Path = QUESTIONS) -> list[NaturalQuestion]:

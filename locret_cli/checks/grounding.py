@@ -59,9 +59,12 @@ per rather same shall she should since so some such than that the their theirs t
 this those though through thus to too under until up upon us very via was we were what when where whether which while
 who whom whose why will with within without would yet you your yours yourself yourselves
 answer answers document documents text texts question questions says said say stated states state mentioned mention
-given called named known
+given called named known according
 """.split())
 SPECIAL = re.compile(r"<\|?[^<>\s]{1,40}?\|?>")  # chat-template markers left in an answer: never content
+FRAME = re.compile(r"^\s*(?:according to|as (?:stated|described|mentioned|given) in|(?:in|from)) (?:the|this) "
+                   r"(?:passage|text|essay|article|document|documentation|docstring|excerpt|context|author)\b,?",
+                   re.IGNORECASE)  # "According to the passage, ...": where the model says it read, not content
 
 
 @dataclass
@@ -213,7 +216,7 @@ class DocumentText:
 def specific_runs(answer: str, question: str) -> list[list[str]]:
     """The answer's specific content as runs of words: quoted phrases whole, then, clause by clause, runs of words
     that are neither the question's nor common, holding at most LARGEST_GAP other words between two of them."""
-    answer = SPECIAL.sub(" ", answer)
+    answer = FRAME.sub(" ", SPECIAL.sub(" ", answer))
     asked = set(words(question))
     runs = [words(a or b) for a, b in QUOTED.findall(answer)]
     for clause in CLAUSE_END.split(QUOTED.sub(" ", answer)):

@@ -41,7 +41,7 @@ def _root(
     """Read documents once and ask them questions; train heads; benchmark policies."""
 
 
-WITHHELD_EXIT = 4  # the exit status when --strict withheld an answer
+WITHHELD_EXIT = 4  # the exit status when --strict or --refuse-unfound withheld an answer
 INTERRUPTED_EXIT = 130
 MEMORY_CHECK_FLAG = "--no-memory-check"  # what the library's `force` of a memory refusal is on the command line
 

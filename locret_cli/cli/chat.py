@@ -93,12 +93,13 @@ def run_chat(conversation, read_line: Callable[[], str], out: Console, err: Cons
 
 
 def answer_turn(conversation, question: str, out: Console, err: Console) -> None:
-    """Answer one turn, printing the answer as it is decoded (once checked, under --strict), then a line on stderr if
-    its content is not in the document."""
+    """Answer one turn, printing the answer as it is decoded (once checked, where an answer may be withheld), then a
+    line on stderr if its content is not in the document."""
     from locret_cli.cli.report import DocumentProgress, grounding_warning
 
     tokenizer, tokens, shown = conversation.reading.tokenizer, [], ""
-    strict = (conversation.answering or conversation.reading.answering).strict
+    answering = conversation.answering or conversation.reading.answering
+    strict = answering.strict or answering.refuse_unfound  # the answer is checked before it is shown
 
     def stream(token: int) -> None:
         nonlocal shown

@@ -88,7 +88,7 @@ def grounding_warning(result: AskResult, prefix: str = "") -> Text | None:
         return None
     missing = ", ".join(repr(text) for text in verdict.missing()) or "its content"
     if withheld is not None:
-        line = f"withheld (strict): the model answered {withheld!r}; the document does not hold {missing}"
+        line = f"withheld: the model answered {withheld!r}; the document does not hold {missing}"
     else:
         line = f"not in the document as written: {missing} (grounding: {verdict.status}; --strict withholds such " \
                "answers)"
