@@ -169,3 +169,12 @@ def test_refuse_unfound_keeps_an_answer_whose_words_the_document_holds(tmp_path)
     data = json.loads(kept.stdout)
     assert data["answer"] != REFUSAL and data["grounding"]["status"] == "partial"
     assert data["grounding"]["withheld"] is None and data["refuse_unfound"] is True
+
+
+def test_a_name_the_document_writes_inside_a_dotted_one_occurs():
+    text = DocumentText(["A wrong password raises pypdf.errors.WrongPasswordError at once. See lzw/PDFsharp too."],
+                        ["p. 1"])
+    for answer in ("It raises WrongPasswordError.", "PDFsharp."):
+        assert ground("What does a wrong password raise?", answer, text).status != "not_found"
+    assert ground("What does a wrong password raise?", "It raises BadKeyError.", text).status == "not_found"
+    assert ground("What is it?", "It is 3.", DocumentText(["Version 3.14 is out."], ["p. 1"])).status == "not_found"

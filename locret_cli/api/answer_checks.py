@@ -5,8 +5,8 @@
   phrase around a right value ("The keeper surveyors name of ... is Ashby."). When that answer is not grounded and
   the same value, restated in the question's words (`QuestionForms.restated`), is, the restated answer is shown.
 - Strict mode: an untrusted answer is replaced with "The document does not say.", and the model's words are kept
-  as `withheld`; `refuse_unfound` does so only for an answer whose content occurs nowhere in the document
-  (grounding `not_found`: made up).
+  as `withheld`; `refuse_unfound` does so only for an answer some specific word of which occurs nowhere in the
+  document (grounding `not_found`: made up).
 - Sources: none for an answer that says the document is silent; else the pages that hold the answer's content first.
 """
 

@@ -1,8 +1,9 @@
 """Checking an answer against the document's own text.
 
 An answer's specific content is what it says that the question did not: runs of its words that are neither in the
-question nor common English, such as numbers, codes, names and quoted phrases. Each run is looked up in the
-document's words (case and punctuation ignored):
+question nor common English, such as numbers, codes, names and quoted phrases ("According to the passage," is
+where the model read, not content). Each run is looked up in the document's words (case and punctuation ignored; a
+dotted or slashed name's parts occur where it does: "WrongPasswordError" in "pypdf.errors.WrongPasswordError"):
 
 - found: every run occurs in the document as written (its words in that order), with more than half of the
   question's own specific words within ANCHOR_WORDS words of it (so "4821" counts for "the gate code of the north
@@ -45,6 +46,7 @@ POSSESSIVE = re.compile(r"['’]s$")
 CLAUSE_END = re.compile(r"[.!?;:,]\s|[.!?;:,]$|\n|[()\[\]]")
 SENTENCE_END = re.compile(r"(?<=[.!?])[\"”')\]]*\s+|\n\s*\n")  # where a document's sentence ends
 CLAUSE_BREAK = re.compile(r"(?<=[,;:])\s+|\s+(?=(?:and|but|while|whereas)\s)", re.IGNORECASE)  # within a sentence
+PARTED = re.compile(r"(?<=[^\W\d_])[./:](?=[^\W\d_])")  # a dotted or slashed name's joins: not 3.14, 12:30
 QUOTED = re.compile(r'"([^"]+)"|“([^”]+)”')
 LARGEST_GAP = 2  # common words a run may hold between two specific ones ("Lord Ashby in 1820")
 ANCHOR_WORDS = 30  # a span is found only where most of the question's own specific words are this close
@@ -150,6 +152,9 @@ class DocumentText:
         self.where: dict[str, list[int]] = {}
         for index, word in enumerate(self.words):
             self.where.setdefault(word, []).append(index)
+            for part in dict.fromkeys(PARTED.split(word)) if PARTED.search(word) else ():
+                if part != word:  # "wrongpassworderror" of "pypdf.errors.wrongpassworderror"
+                    self.where.setdefault(part, []).append(index)
 
     def _add_clauses(self, sentence: str) -> None:
         at = 0

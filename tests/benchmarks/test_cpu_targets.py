@@ -37,3 +37,20 @@ def test_a_step_that_did_not_finish_is_not_measured(tmp_path):
     (tmp_path / "bench.err").write_text("warning\n")
     assert finished(tmp_path, "bench") == "{}" and finished(tmp_path, "bench", ("out", "err")) == "{}warning\n"
     assert bench_rows("{}", "shape") == [("shape", "? (no bench JSON)")]
+
+
+def test_only_runs_the_steps_it_names(tmp_path):
+    import os
+    import subprocess
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "cpu_targets.sh"
+    fake = tmp_path / "fake-locret"
+    fake.write_text("#!/bin/sh\necho ran \"$@\"\n")
+    fake.chmod(0o755)
+    out = tmp_path / "out"
+    env = {**os.environ, "LOCRET": str(fake), "ONLY": "bench-qwen0.5b", "QWEN": "absent", "QWEN15": "absent"}
+    done = subprocess.run(["bash", str(script), str(out)], env=env, capture_output=True, text=True, check=True)
+    assert "bench-qwen0.5b: done" in done.stdout and "bench: not in ONLY" in done.stdout
+    assert sorted(p.name for p in out.glob("*.done")) == ["bench-qwen0.5b.done"]
+    assert (out / "bench-qwen0.5b.out").read_text().startswith("ran bench --arch qwen2.5-0.5b")

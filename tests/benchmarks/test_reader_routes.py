@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from benchmarks.reader_routes import reads
@@ -21,3 +23,42 @@ def test_the_natural_halves_share_one_read_of_each_document():
         assert [q.question for q in asked["natural"]] == [q.question for q in t.questions]
         assert [q.question for q in asked["natural-validation"]] == [q.question for q in v.questions]
     assert [sorted(asked) for *_, asked in reads(None, ["natural"], 0, 2, None)] == [["natural"], ["natural"]]
+
+
+def test_each_answer_is_reported_as_said_and_as_strict_shows_it(tmp_path):
+    from benchmarks.reader_routes import read_rows
+
+    row = {"set": "natural", "length": 0, "policy": "locret", "document": 0, "config": "windows", "kind": "lookup",
+           "answer": "It is 9917.", "verdict": "made_up", "strict_answer": "The document does not say.",
+           "strict_verdict": "none"}
+    path = tmp_path / "rows.jsonl"
+    path.write_text(json.dumps(row) + "\n" + json.dumps({**row, "config": "one-read", "verdict": "right"}) + "\n")
+    rows = read_rows(path)
+    assert [(r["config"], r["answer"], r["correct"]) for r in rows] == [
+        ("windows", "It is 9917.", False), ("one-read", "It is 9917.", True),
+        ("windows+strict", "The document does not say.", False), ("one-read+strict", "The document does not say.", False)]
+
+
+def test_the_kept_set_oracle_keeps_the_tokens_around_each_stated_answer():
+    from benchmarks.embedded.evaluate import reading_ids
+    from benchmarks.smollm2.passage_oracle import passage_oracle
+    from locret_cli.api import load_session
+    from locret_cli.bench.tasks import Question
+    from locret_cli.inputs.documents import text_document
+    from locret_cli.inputs.prompt import prompt_layout
+    from locret_cli.settings import ReadSettings
+
+    session = load_session(device="cpu")
+    text = "The mill grinds wheat by the river. " * 60 + "The gate code of the north depot is 4821. " + \
+        "The road bends east. " * 60
+    document = text_document(text, "doc")
+    stated = Question("What is the gate code of the north depot?", "4821",
+                      depth=(text.index("4821") + 2) / len(text))
+    unstated = Question("What is the gate code of the south depot?", "")
+    settings = ReadSettings(budget=256, chunk_size=128)
+    keeper = passage_oracle(session, document, [stated, unstated], settings, width=32)
+    tokenizer = session.loaded.tokenizer
+    ids = reading_ids(tokenizer, prompt_layout(tokenizer).head_ids, document, settings.chunk_size)
+    assert len(keeper.spans) == 1
+    first, last = keeper.spans[0]
+    assert last - first == 32 and "4821" in tokenizer.decode(ids[first:last])
