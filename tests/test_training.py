@@ -162,3 +162,28 @@ def test_keep_passages_mark_their_tokens_through_the_middle_cut(tmp_path, model_
     cut, = tokenize(records, loaded.tokenizer, loaded.model, len(whole.prompt_ids) - 40)
     assert len(cut.prompt_ids) == len(whole.prompt_ids) - 40
     assert [cut.prompt_ids[i] for i in cut.keep] == [whole.prompt_ids[i] for i in whole.keep]
+
+
+def test_training_goes_on_from_given_heads(tmp_path, model_dir):
+    data = write_pairs(tmp_path / "d.jsonl")
+    train(model_dir, data, tmp_path / "first", 12, tmp_path)
+    loaded = load_model(str(model_dir), device="cpu", dtype="fp32")
+    start = load_heads(tmp_path / "first", loaded.model, dtype=torch.float32)
+    still = train_heads(loaded, data, tmp_path / "still", TrainConfig(steps=1, hidden=8, lr=0.0), init=tmp_path / "first")
+    after = load_heads(tmp_path / "still", loaded.model, dtype=torch.float32)
+    assert after.hidden == start.hidden == 32 and still.config["hidden"] == 32  # the given heads' width, not 8
+    for a, b in zip(start.parameters(), after.parameters(), strict=True):
+        assert torch.equal(a, b)  # a step at learning rate 0 leaves the given heads as they were
+    assert json.loads((tmp_path / "still" / "heads.json").read_text())["training"]["init"] == "first"
+    on = train_heads(loaded, data, tmp_path / "on", TrainConfig(steps=3, hidden=32, lr=3e-3), init=tmp_path / "first")
+    fresh = train_heads(loaded, data, tmp_path / "fresh", TrainConfig(steps=3, hidden=32, lr=3e-3))
+    assert on.heldout_accuracy > fresh.heldout_accuracy + 0.1, (on.heldout_accuracy, fresh.heldout_accuracy)  # 0.39, 0.21
+
+
+def test_cli_init_refuses_heads_that_are_not_there_and_shipped_heads_a_model_lacks(tmp_path, model_dir):
+    data = write_pairs(tmp_path / "d.jsonl")
+    common = ["train", "--model", str(model_dir), "--data", str(data), "--steps", "1", "--hidden", "32"]
+    missing = runner.invoke(app, [*common, "--out", str(tmp_path / "a"), "--init", str(tmp_path / "nowhere")])
+    assert missing.exit_code != 0 and "Traceback" not in missing.output
+    unshipped = runner.invoke(app, [*common, "--out", str(tmp_path / "b"), "--init", "shipped"])
+    assert unshipped.exit_code != 0 and "no heads are shipped" in unshipped.output

@@ -11,6 +11,7 @@ from rich.text import Text
 
 from locret_cli.cli import option_groups
 from locret_cli.cli.app import app, domain_errors, plain_console, warn
+from locret_cli.errors import LocretError
 from locret_cli.models.library_logs import quiet_libraries
 
 
@@ -37,6 +38,9 @@ def train(
     keep_against: Annotated[float, typer.Option(
         help="Share of each prompt's other tokens, its highest scored, that kept tokens must outscore.")] = 0.01,
     hidden: Annotated[int, typer.Option(help="Hidden width of each head.")] = 1024,
+    init: Annotated[Optional[str], typer.Option(
+        help="Go on training these heads (a heads directory, or 'shipped': the heads shipped for MODEL) instead of "
+             "new ones; their width replaces --hidden.")] = None,
     max_len: Annotated[int, typer.Option(help="Prompts longer than this many tokens are cut in the middle.")] = 10240,
     save_every: option_groups.SaveEvery = 500,
     eval_fraction: Annotated[float, typer.Option(help="Share of examples held out for the final accuracy.")] = 0.05,
@@ -52,6 +56,7 @@ def train(
     """Train retaining heads for MODEL on prompt/answer DATA and save them in OUT."""
     from locret_cli.cli.report import TrainProgress, train_table
     from locret_cli.models.loading import load_model
+    from locret_cli.models.shipped import find_shipped
     from locret_cli.models.spec import ModelSpec
     from locret_cli.training import TrainConfig, train_heads
 
@@ -64,10 +69,16 @@ def train(
     ModelSpec(model, device=device, dtype=dtype, load_4bit=load_4bit, trust_remote_code=trust_remote_code).checked()
     with err.status(Text(f"loading {model}"), spinner="dots"):
         loaded = load_model(model, device, dtype, load_4bit, trust_remote_code)
+    start = init
+    if init == "shipped":
+        shipped = find_shipped(loaded.model)
+        if shipped is None:
+            raise LocretError(f"--init shipped: no heads are shipped for {model}; name a heads directory")
+        start = shipped.directory
     with TrainProgress(err, steps) as progress:
         summary = train_heads(
             loaded, data, out, config, max_len=max_len, resume=resume, overwrite=overwrite,
-            warn=lambda message: warn(err, message), on_step=progress.step,
+            warn=lambda message: warn(err, message), on_step=progress.step, init=start,
         )
     if as_json:
         from dataclasses import asdict

@@ -4,11 +4,13 @@ for a model and its heads, from documents and their questions."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
+import torch
+
 from locret_cli.core.identity import weights_identity
-from locret_cli.models.heads_files import save_heads
+from locret_cli.models.heads_files import load_heads, save_heads
 from locret_cli.models.loading import LoadedModel
 from locret_cli.models.reader_files import READER_CONFIG
 from locret_cli.training.data import load_records, tokenize
@@ -42,19 +44,25 @@ def train_heads(
     overwrite: bool = False,
     warn: Callable[[str], None] = lambda _: None,
     on_step: Callable[[StepReport], None] | None = None,
+    init: str | Path | None = None,
 ) -> TrainSummary:
-    """Train heads for `loaded.model` on `data` and save them in `out` (heads.safetensors + heads.json)."""
+    """Train heads for `loaded.model` on `data` and save them in `out` (heads.safetensors + heads.json): new heads,
+    or those in the directory `init` (checked against the model; their width replaces `config.hidden`)."""
     out = Path(out)
     check_output(out, resume, overwrite)
     model = loaded.model.requires_grad_(False).eval()
+    start = load_heads(init, model, dtype=torch.float32) if init is not None else None
+    if start is not None:
+        config = replace(config, hidden=start.hidden)
     examples = tokenize(load_records(data, warn), loaded.tokenizer, model, max_len)
-    trainer = HeadTrainer(model, examples, out, config)
+    trainer = HeadTrainer(model, examples, out, config, start)
     if resume and not trainer.resume():
         warn(f"no checkpoint in {out}; starting from step 0")
     summary = trainer.train(on_step)
     save_heads(trainer.heads, out, extra={
         "model": descriptive_name(loaded.name), "model_identity": weights_identity(model), "data": Path(data).name,
-        "training": {**asdict(config), "max_len": max_len, "final_loss": summary.final_loss,
+        "training": {**asdict(config), "max_len": max_len, "init": Path(init).name if init else None,
+                     "final_loss": summary.final_loss,
                      "heldout_accuracy": summary.heldout_accuracy}})
     return summary
 

@@ -111,9 +111,11 @@ def keep_loss(pred: torch.Tensor, keep: torch.Tensor, against: float) -> torch.T
 
 
 class HeadTrainer:
-    """Trains `heads` (float32) for the frozen `model` on tokenized examples."""
+    """Trains heads (float32) for the frozen `model` on tokenized examples: new ones of `config.hidden`, or `start`
+    (trained heads to go on from)."""
 
-    def __init__(self, model, examples: list[TokenizedExample], out: Path, config: TrainConfig):
+    def __init__(self, model, examples: list[TokenizedExample], out: Path, config: TrainConfig,
+                 start: RetainingHeads | None = None):
         if config.steps <= 0:
             raise SettingError("{steps} must be positive")
         self.model, self.examples, self.out, self.config = model, examples, out, config
@@ -127,7 +129,8 @@ class HeadTrainer:
         self.step = 0
         self.last_loss = self.last_smooth = float("nan")  # of the latest step, kept in checkpoints
         self.fast_bf16 = resolve_dtype("auto", model.device) == torch.bfloat16
-        self._optimise(RetainingHeads.for_model(model, config.hidden).float().to(model.device))
+        heads = start if start is not None else RetainingHeads.for_model(model, config.hidden)
+        self._optimise(heads.float().to(model.device))
 
     def _optimise(self, heads: RetainingHeads) -> None:
         """Train `heads` from here on with a fresh AdamW and warmup-then-decay schedule."""

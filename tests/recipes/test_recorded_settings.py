@@ -23,3 +23,11 @@ def test_a_recipe_records_the_settings_that_ship_with_its_heads(recipe):
 def test_a_recipe_trains_with_the_keep_weight_its_shipped_heads_record(recipe):
     training = json.loads((HEADS_ROOT / recipe.NAME / HEADS_CONFIG).read_text())["training"]
     assert recipe.KEEP_WEIGHT == training["keep_weight"]
+
+
+@pytest.mark.parametrize("size", ["0.5b", "1.5b"])
+def test_the_qwen_recipe_records_the_settings_that_ship_with_each_models_heads(size):
+    from recipes.qwen2_5_coder import build_heads as qwen_heads
+
+    shipped = json.loads((HEADS_ROOT / f"qwen2.5-coder-{size}-instruct" / DEFAULTS_FILE).read_text())
+    assert qwen_heads.recorded(size) == shipped
