@@ -128,9 +128,23 @@ def test_the_dtype_probe_keeps_the_faster_and_measures_once(monkeypatch, tmp_pat
     monkeypatch.setattr(dtype_probe, "probe_seconds", lambda dtype: calls.append(dtype) or timings[dtype])
     first = dtype_probe.measured_cpu_dtype()
     assert first.dtype == torch.bfloat16 and first.reason == "bf16: 3.0x faster than fp32 in this CPU's probe"
-    assert dtype_probe.measured_cpu_dtype() == first and len(calls) == 2  # the second answer came from the cache
+    assert dtype_probe.measured_cpu_dtype() == first and len(calls) == 2 * dtype_probe.TURNS  # then the cache
     cached = json.loads((tmp_path / "locret" / "dtype-probe.json").read_text())
     assert cached == {dtype_probe.machine_key(): {"bf16": 0.5, "fp32": 1.5}}
+
+
+def test_the_dtype_probe_takes_turns_on_one_thread_and_keeps_each_dtypes_best(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    slowed = iter([2.4, 0.5, 0.2, 0.6, 0.21, 0.55])  # bf16, fp32, ...: another process slowed bf16's first turn
+    threads = []
+    monkeypatch.setattr(dtype_probe, "probe_seconds", lambda dtype: threads.append(torch.get_num_threads()) or
+                        next(slowed))
+    before = torch.get_num_threads()
+    choice = dtype_probe.measured_cpu_dtype()
+    assert choice.dtype == torch.bfloat16 and choice.reason == "bf16: 2.5x faster than fp32 in this CPU's probe"
+    assert threads == [1] * 6 and torch.get_num_threads() == before
+    cached = json.loads((tmp_path / "locret" / "dtype-probe.json").read_text())
+    assert cached[dtype_probe.machine_key()] == {"bf16": 0.2, "fp32": 0.5}
 
 
 def test_the_dtype_probe_picks_fp32_where_bf16_is_slow_and_survives_a_bad_cache(monkeypatch, tmp_path):

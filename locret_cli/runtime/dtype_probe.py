@@ -4,8 +4,11 @@ A CPU flag does not settle it. A CPU with AVX512-BF16 can still decode slower in
 bf16 RMSNorm above all), while on one with AMX bf16 matrix products run several times faster than fp32
 (docs/measurements/performance.md, docs/measurements/zen4.md). So the probe runs a small decoder block (RMSNorm as
 transformers computes it, attention projections, a SiLU MLP) in both dtypes, one row at a time as decoding does
-and 128 rows at a time as prefill does, and keeps the faster. It takes a fraction of a second, and the choice is
-cached per CPU, torch version and thread count in `$XDG_CACHE_HOME/locret/dtype-probe.json` (default ~/.cache).
+and 128 rows at a time as prefill does, and keeps the faster. It runs on one thread, each dtype three times in
+turn, and keeps each dtype's fastest run: another process on the cores slows a round, and with every thread in use
+it slowed bf16 rounds many times more than fp32 ones (on a Zen 5 CPU whose bf16 runs 2.8x faster alone, the probe
+beside a read chose fp32). It takes a fraction of a second, and the choice is cached per CPU, torch version and
+thread count in `$XDG_CACHE_HOME/locret/dtype-probe.json` (default ~/.cache).
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ import torch.nn.functional as F
 
 from locret_cli.runtime.packed_linear import pack_linears
 
-PROBE_VERSION = 2  # 2: only one-row products packed, as locret now packs them
+PROBE_VERSION = 3  # 2: only one-row products packed, as locret now packs them; 3: one thread, the best of 3 turns
+TURNS = 3  # each dtype's runs, in turn with the other's
 WIDTH, FFN = 576, 1536  # a small model's sizes; what matters is how each dtype's kernels behave, not the model
 ROUNDS = {1: 24, 128: 3}  # input rows -> repetitions (decode-like, prefill-like)
 
@@ -116,11 +120,22 @@ def probe_seconds(dtype: torch.dtype) -> float:
     return time.perf_counter() - started
 
 
+def best_turns() -> dict[str, float]:
+    """Each dtype's fastest of TURNS probe runs, taken in turn on one thread (the caller's threads restored)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        runs = [(name, probe_seconds(dtype)) for _ in range(TURNS)
+                for name, dtype in (("bf16", torch.bfloat16), ("fp32", torch.float32))]
+    finally:
+        torch.set_num_threads(threads)
+    return {name: min(t for n, t in runs if n == name) for name in ("bf16", "fp32")}
+
+
 def measured_cpu_dtype() -> DtypeChoice:
     """bf16 or fp32, whichever ran the probe faster here; measured once per machine key, then read from the cache."""
     seconds = measured_once(cache_file(), machine_key(),
-                            lambda stored: isinstance(stored, dict) and {"bf16", "fp32"} <= set(stored),
-                            lambda: {"bf16": probe_seconds(torch.bfloat16), "fp32": probe_seconds(torch.float32)})
+                            lambda stored: isinstance(stored, dict) and {"bf16", "fp32"} <= set(stored), best_turns)
     faster, slower = ("bf16", "fp32") if seconds["bf16"] < seconds["fp32"] else ("fp32", "bf16")
     ratio = seconds[slower] / seconds[faster]
     dtype = torch.bfloat16 if faster == "bf16" else torch.float32
