@@ -36,7 +36,8 @@ def test_each_answer_is_reported_as_said_and_as_strict_shows_it(tmp_path):
     rows = read_rows(path)
     assert [(r["config"], r["answer"], r["correct"]) for r in rows] == [
         ("windows", "It is 9917.", False), ("one-read", "It is 9917.", True),
-        ("windows+strict", "The document does not say.", False), ("one-read+strict", "The document does not say.", False)]
+        ("windows+strict", "The document does not say.", False),
+        ("one-read+strict", "The document does not say.", False)]
 
 
 def test_the_kept_set_oracle_keeps_the_tokens_around_each_stated_answer():
