@@ -64,8 +64,9 @@ answer answers document documents text texts question questions says said say st
 given called named known according
 """.split())
 SPECIAL = re.compile(r"<\|?[^<>\s]{1,40}?\|?>")  # chat-template markers left in an answer: never content
-FRAME = re.compile(r"^\s*(?:according to|as (?:stated|described|mentioned|given) in|(?:in|from)) (?:the|this) "
-                   r"(?:passage|text|essay|article|document|documentation|docstring|excerpt|context|author)\b,?",
+SOURCE = r"(?:passage|text|essay|article|document|documentation|docstring|excerpt|context|author|information)"
+FRAME = re.compile(rf"^\s*(?:(?:according to|as (?:stated|described|mentioned|given) in|in|from) (?:the|this) {SOURCE}"
+                   rf"|based on (?:the |this )?{SOURCE}(?: (?:provided|given))?(?: in (?:the|this) {SOURCE})?)\b,?",
                    re.IGNORECASE)  # "According to the passage, ...": where the model says it read, not content
 
 
@@ -165,6 +166,14 @@ class DocumentText:
                 at = mark.end()
                 if sentence[mark.start() - 1] in ";:" or sentence[at:at + 4].lower() == "but ":
                     self.scope_starts.append(len(self.words))
+
+    def holds(self, word: str) -> bool:
+        """Whether the document writes `word` anywhere: as it is, in one of its `variants`, or, for a dotted or
+        slashed name, each of its parts."""
+        if any(form in self.where for form in variants(word)):
+            return True
+        parts = PARTED.split(word)
+        return len(parts) > 1 and all(part in self.where for part in parts)
 
     def occurrences(self, phrase: list[str]) -> list[int]:
         """The word indices where the words `phrase` occur in order."""
@@ -281,7 +290,7 @@ def run_span(run: list[str], text: DocumentText, claims: Claims, answer_negated:
         status = "elsewhere"
     else:
         content = [w for w in run if w not in COMMON]
-        status = "scattered" if all(w in text.where for w in content) else "missing"
+        status = "scattered" if all(text.holds(w) for w in content) else "missing"
     units = list(dict.fromkeys(text.unit_of(i) for i in bound))[:PLACES_SHOWN]
     stated = any(text.states(i, len(run), claims.asked) for i in bound)
     return Span(" ".join(run), status, [text.labels[u] for u in units], units, stated)
