@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from locret_cli.bench.natural import docstring_blocks
-from locret_cli.checks.grounding import COMMON
 from locret_cli.inputs.prompt import question_text
 from recipes import prose
 
@@ -85,11 +84,6 @@ def settings_in(blocks: list[str]) -> list[Setting]:
             if value and len(value) <= 40 and "\n" not in value and not value.startswith("self."):
                 found.append(Setting(owner, match["name"], value, match[0].rstrip("\n"), index))
     return found
-
-
-def content_words(text: str) -> set[str]:
-    """The words of `text` that carry meaning: letters only, lower case, not in grounding's common-word list."""
-    return {w for w in re.findall(r"[a-z]+", text.casefold()) if w not in COMMON}
 
 
 def question_for(setting: Setting, rng: random.Random) -> tuple[str, str, str]:

@@ -44,6 +44,8 @@ def main() -> None:
     config = TrainConfig(steps=args.steps, hidden=RECIPE["hidden"], lr=RECIPE["lr"], save_every=10**9,
                          keep_weight=args.keep_weight, eval_fraction=args.heldout)
     shipped = find_shipped(loaded.model)
+    if shipped is None:
+        raise SystemExit(f"no heads are shipped for {args.model}: nothing to compare with")
     start = load_heads(shipped.directory, loaded.model, dtype=torch.float32) if args.from_shipped else None
     trainer = HeadTrainer(loaded.model, examples, args.out, config, start)
     before = sum(trainer.evaluate()) / len(trainer.heads.layers)

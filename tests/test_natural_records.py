@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from locret_cli.checks.grounding import COMMON
 from recipes import natural_records as nr
 
 FILLER = ("This block describes a model component in plain words, with no settings of its own. " * 6).strip()
@@ -17,6 +18,11 @@ def config_block(owner: str, settings: dict[str, str], description: str = "What 
         lines += [f"    {name} (`int`, *optional*, defaults to {value}):", f"        {description}",
                   "        It is read once when the object is built."]
     return "\n".join(lines)
+
+
+def content_words(text: str) -> set[str]:
+    """The words of `text` that carry meaning: letters only, lower case, not in grounding's common-word list."""
+    return {w for w in re.findall(r"[a-z]+", text.casefold()) if w not in COMMON}
 
 
 def blocks() -> list[str]:
@@ -58,9 +64,9 @@ def test_questions_share_no_content_word_with_the_kept_lines_but_the_names():
         question = r["prompt"].rsplit("Question:", 1)[1]
         names = set()
         for match in re.finditer(r"(\w+) in (\w+(?:\.\w+)?)", r["answer"]):
-            names |= nr.content_words(match[1]) | nr.content_words(match[2])
-        kept = set().union(*(nr.content_words(lines) for lines in r["keep"]))
-        assert nr.content_words(question) & kept <= names, question
+            names |= content_words(match[1]) | content_words(match[2])
+        kept = set().union(*(content_words(lines) for lines in r["keep"]))
+        assert content_words(question) & kept <= names, question
 
 
 def test_a_switch_question_is_answered_yes_or_no_by_the_default():

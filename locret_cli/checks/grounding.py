@@ -153,9 +153,8 @@ class DocumentText:
         self.where: dict[str, list[int]] = {}
         for index, word in enumerate(self.words):
             self.where.setdefault(word, []).append(index)
-            for part in dict.fromkeys(PARTED.split(word)) if PARTED.search(word) else ():
-                if part != word:  # "wrongpassworderror" of "pypdf.errors.wrongpassworderror"
-                    self.where.setdefault(part, []).append(index)
+            for part in set(PARTED.split(word)) - {word}:  # "wrongpassworderror" of "pypdf.errors.wrongpassworderror"
+                self.where.setdefault(part, []).append(index)
 
     def _add_clauses(self, sentence: str) -> None:
         at = 0
