@@ -18,8 +18,9 @@ and every question is asked of that one read under each configuration:
     words-unstated    words-route with `--fallback unstated`: the bounded cache answers too, as unstated+reader
                       says, with no reader
 
-Every answer is checked as `--strict` checks it, and reported both ways: CONFIG is what the model said, and
-CONFIG+strict what `--strict` shows ("The document does not say." where grounding withholds it).
+Every answer is checked as `--strict` checks it, and reported three ways: CONFIG is what the model said,
+CONFIG+strict what `--strict` shows ("The document does not say." where grounding withholds it), and CONFIG+refuse
+what `--refuse-unfound` shows (withheld only where some specific word of it is nowhere in the document).
 
 Sets: `dev` (`evaluate.py`'s dev documents: pass keys, codes and people in prose of the dev packages), `kinds`
 (`locret bench --tasks kinds`: one question of each kind per document, in the Paul Graham essays) and `natural` or
@@ -55,10 +56,12 @@ from benchmarks.smollm2.passage_oracle import passage_oracle
 from locret_cli.api import Session, load_session
 from locret_cli.bench.scoring import contains_match
 from locret_cli.bench.tasks import NATURAL, Question, kinds_samples, natural_samples
+from locret_cli.checks.grounding import REFUSAL
 from locret_cli.core.answer.reader import ReaderAdapter
 from locret_cli.core.measure import peak_memory
 from locret_cli.inputs.documents import text_document
 from locret_cli.models.reader_files import load_reader
+from locret_cli.models.shipped import find_shipped
 from recipes import prose
 
 CONFIGS = {  # name: (answer settings changed, with the reader)
@@ -92,11 +95,12 @@ def natural_questions(split: str, count: int) -> list[tuple[object, list[Questio
 
 def run(session: Session, policy: str, sets: list[str], lengths: list[int], count: int, out: Path,
         packages: Path | None, overrides: dict, chosen: list[str], oracle: str | None = None,
-        candidate: ReaderAdapter | None = None) -> None:
+        candidate: ReaderAdapter | None = None, only: set[str] | None = None) -> None:
     label = oracle or policy
     done = {(r["set"], r["length"], r["policy"], r["document"], r["config"]) for r in read_rows(out)}
     reader = session.reader
-    runner = Session(replace(session.loaded, defaults={**session.loaded.defaults, "policy": policy}), session.heads, reader)
+    runner = Session(replace(session.loaded, defaults={**session.loaded.defaults, "policy": policy}), session.heads,
+                     reader)
     settings = runner.plan(read={**overrides}).read
     base = runner.plan(answer={"max_new_tokens": 32}).answer
     wanted = {n: (c, reader if with_reader else None) for n, (c, with_reader) in CONFIGS.items()
@@ -104,7 +108,7 @@ def run(session: Session, policy: str, sets: list[str], lengths: list[int], coun
     if candidate is not None:
         wanted |= {n.replace("+reader", "+candidate"): (c, candidate) for n, (c, r) in wanted.items() if r}
     for length in lengths:
-        for index, document, statements, asked in reads(session, sets, length, count, packages):
+        for index, document, statements, asked in reads(session, sets, length, count, packages, only):
             todo = {name: {n: c for n, c in wanted.items() if (name, length, label, index, n) not in done}
                     for name in asked}
             asked = {name: questions for name, questions in asked.items() if todo[name]}
@@ -125,11 +129,15 @@ def run(session: Session, policy: str, sets: list[str], lengths: list[int], coun
                         said = result.grounding.withheld or result.answer  # what --no-strict shows
                         verdict = question.verdict(said, reading.document_text())
                         strict = question.verdict(result.answer, reading.document_text())
+                        unfound = result.grounding is not None and result.grounding.status == "not_found"
+                        refused = REFUSAL if unfound else said
                         rows.append({"set": name, "length": length, "policy": label, "document": index,
                                      "config": config, "kind": question.kind, "question": question.question,
                                      "expected": [question.answer, *question.parts], "answer": said,
                                      "correct": verdict == "right", "route": result.route, "verdict": verdict,
                                      "strict_answer": result.answer, "strict_verdict": strict,
+                                     "refuse_answer": refused, "refuse_verdict": verdict if refused == said else
+                                     question.verdict(refused, reading.document_text()),
                                      "tokens": result.document.tokens, "read_s": reading.read_s,
                                      "time_to_first_token_s": result.speed.time_to_first_token_s - reading.read_s,
                                      "peak_bytes": peak_memory(session.loaded.model.device)[0],
@@ -146,9 +154,10 @@ def run(session: Session, policy: str, sets: list[str], lengths: list[int], coun
                       ", ".join(f"{c} {right[c]}/{len(questions)}" for c in todo[name]), flush=True)
 
 
-def reads(session: Session, sets: list[str], length: int, count: int, packages: Path | None) -> list[tuple]:
-    """Each document to read once: (index, document, its facts' sentences, {set: its questions}). The natural
-    task's halves ask the same documents, so one read serves both."""
+def reads(session: Session, sets: list[str], length: int, count: int, packages: Path | None,
+          only: set[str] | None = None) -> list[tuple]:
+    """Each document to read once: (index, document, its facts' sentences, {set: its questions}), of the documents
+    named in `only` where given. The natural task's halves ask the same documents, so one read serves both."""
     grouped = {}
     for name in sets:
         if name in NATURAL:
@@ -157,6 +166,8 @@ def reads(session: Session, sets: list[str], length: int, count: int, packages: 
             docs = dev_questions(length, count, packages) if name == "dev" else kinds_questions(session, length,
                                                                                                count)
         for index, (document, questions, statements) in enumerate(docs):
+            if only and document.name not in only:
+                continue
             key = ("natural" if name in NATURAL else name, index)
             grouped.setdefault(key, (index, document, statements, {}))[3][name] = questions
     return list(grouped.values())
@@ -164,14 +175,16 @@ def reads(session: Session, sets: list[str], length: int, count: int, packages: 
 
 def read_rows(path: Path) -> list[dict]:
     """The rows of `path`, and for each row with a strict answer a `CONFIG+strict` row: what --strict shows for the
-    same answer. Rows without a verdict (written before scoring checked binding) are scored again from their answer
-    by `contains_match`."""
+    same answer (and `CONFIG+refuse`: what --refuse-unfound shows, where recorded). Rows without a verdict (written
+    before scoring checked binding) are scored again from their answer by `contains_match`."""
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
     rows = [{**row, "correct": row["verdict"] == "right" if "verdict" in row else all(
         contains_match(row["answer"], value) for value in row["expected"])} for row in rows]
     return rows + [{**row, "config": row["config"] + "+strict", "answer": row["strict_answer"],
                     "verdict": row["strict_verdict"], "correct": row["strict_verdict"] == "right"}
-                   for row in rows if "strict_verdict" in row]
+                   for row in rows if "strict_verdict" in row] + [
+        {**row, "config": row["config"] + "+refuse", "answer": row["refuse_answer"], "verdict": row["refuse_verdict"],
+         "correct": row["refuse_verdict"] == "right"} for row in rows if "refuse_verdict" in row]
 
 
 def report(rows: list[dict]) -> str:
@@ -213,6 +226,8 @@ def main() -> None:
     parser.add_argument("--candidate", help="a second reader directory, asked as `...+candidate` configurations")
     parser.add_argument("--heads", help="other heads than the shipped ones (read with the global defaults where "
                         "--budget and the rest say nothing)")
+    parser.add_argument("--shipped-settings", action="store_true",
+                        help="with --heads: read and answer with the settings recorded with the shipped heads")
     parser.add_argument("--budget", type=int)
     parser.add_argument("--chunk-size", type=int)
     parser.add_argument("--stabilizers", type=int)
@@ -221,12 +236,18 @@ def main() -> None:
     parser.add_argument("--load-8bit", action="store_true", help="int8 weights (--load-8bit)")
     parser.add_argument("--prose-packages", type=Path, default=Path("runs/prose-packages"))
     parser.add_argument("--configs", default=",".join(CONFIGS), help="the configurations to run")
+    parser.add_argument("--only", help="read only these documents (names, comma-separated; rows keep their index)")
     parser.add_argument("--report", action="store_true")
     args = parser.parse_args()
     if not args.report:
         policy = "locret" if args.oracle in ("fact+heads", PASSAGE_KEPT) else args.policy
         session = load_session(args.model, device="cpu", dtype="bf16", reader=args.reader, heads=args.heads,
                                load_8bit=args.load_8bit, reads_with=policy)
+        if args.shipped_settings:
+            shipped = find_shipped(session.loaded.model)
+            if shipped is None:
+                parser.error(f"--shipped-settings: no heads are shipped for {args.model}")
+            session.loaded.defaults = shipped.defaults
         given = (("budget", args.budget), ("chunk_size", args.chunk_size), ("stabilizers", args.stabilizers),
                  ("span", args.span), ("lazy_after", args.lazy_after))
         overrides = dict(given)  # read_settings ignores the ones not given (None)
@@ -236,7 +257,8 @@ def main() -> None:
             parser.error("--oracle needs the facts' sentences: --sets dev")
         run(session, args.policy, args.sets.split(","), [int(n) for n in args.lengths.split(",")],
             args.documents, args.out, args.prose_packages, overrides, args.configs.split(","), args.oracle,
-            load_reader(args.candidate, session.loaded.model) if args.candidate else None)
+            load_reader(args.candidate, session.loaded.model) if args.candidate else None,
+            set(args.only.split(",")) if args.only else None)
     print(report(read_rows(args.out)))
 
 

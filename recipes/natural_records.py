@@ -14,7 +14,10 @@ setting's lines. A record is kept only if its answer's value is in that passage 
             switch      "Is use_cache in GPT2Config switched off unless I turn it on?" (a True/False default)
             two-place   "What do num_beams in GenerationConfig and top_k in GenerationConfig default to?"
 
-    python -m recipes.natural_records --out runs/natural-records.jsonl --examples 1500 --tokens 8192
+With `--facts SHARE` that share of the records are the fact records instead (`kind` "fact"), of the same length,
+over the prose of the training packages locret's install brings, so heads trained on the mix keep both shapes.
+
+    python -m recipes.natural_records --out runs/natural-records.jsonl --examples 1500 --tokens 8192 --facts 0.3
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from pathlib import Path
 from locret_cli.bench.natural import docstring_blocks
 from locret_cli.inputs.prompt import question_text
 from recipes import prose
+from recipes.smollm2 import heads_data
 
 PACKAGE = "transformers"
 CHARS_PER_TOKEN = 3.6  # the docstrings' characters per Qwen2.5 token, near enough to size a window
@@ -158,6 +162,17 @@ def records(blocks: list[str], examples: int, tokens: int, seed: int) -> list[di
     raise SystemExit(f"made only {len(made)} of {examples} records from {len(settings)} settings")
 
 
+def mixed(natural: list[dict], paragraphs: list[str], share: float, tokens: int, seed: int) -> list[dict]:
+    """`natural` with `share` of its records replaced by fact records of `tokens` tokens over `paragraphs`, in a
+    seeded shuffle (the same arguments give the same list)."""
+    rng = random.Random(seed + 1)
+    facts = round(len(natural) * share)
+    made = natural[:len(natural) - facts] + [{**heads_data.record(paragraphs, tokens, rng), "kind": "fact"}
+                                              for _ in range(facts)]
+    rng.shuffle(made)
+    return made
+
+
 def package_blocks(package: str = PACKAGE, extra: Path | None = None) -> list[str]:
     """The docstrings assembly of an installed training package (never one of the natural task's own)."""
     if package not in prose.TRAIN_PACKAGES:
@@ -175,11 +190,16 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=8192, help="each document's length, near enough")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--package", default=PACKAGE)
+    parser.add_argument("--facts", type=float, default=0.0, help="the share of fact records in the mix (0-1)")
     args = parser.parse_args()
+    if not 0 <= args.facts <= 1:
+        raise SystemExit(f"--facts is a share between 0 and 1, not {args.facts}")
     made = records(package_blocks(args.package), args.examples, args.tokens, args.seed)
+    if args.facts:
+        made = mixed(made, prose.paragraphs(prose.MODEL_PACKAGES), args.facts, args.tokens, args.seed)
     with args.out.open("w") as out:
         out.writelines(json.dumps(r) + "\n" for r in made)
-    kinds = {k: sum(r["kind"] == k for r in made) for k in ("default", "switch", "two-place")}
+    kinds = {k: sum(r["kind"] == k for r in made) for k in ("default", "switch", "two-place", "fact")}
     print(f"wrote {len(made)} records to {args.out}: {kinds}")
 
 

