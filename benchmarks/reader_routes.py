@@ -129,7 +129,8 @@ def run(session: Session, policy: str, sets: list[str], lengths: list[int], coun
                         said = result.grounding.withheld or result.answer  # what --no-strict shows
                         verdict = question.verdict(said, reading.document_text())
                         strict = question.verdict(result.answer, reading.document_text())
-                        unfound = result.grounding is not None and result.grounding.status == "not_found"
+                        checked = result.grounding.verdict if result.grounding is not None else None
+                        unfound = checked is not None and checked.status == "not_found"
                         refused = REFUSAL if unfound else said
                         rows.append({"set": name, "length": length, "policy": label, "document": index,
                                      "config": config, "kind": question.kind, "question": question.question,

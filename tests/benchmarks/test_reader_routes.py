@@ -70,3 +70,25 @@ def test_the_kept_set_oracle_keeps_the_tokens_around_each_stated_answer():
     assert len(keeper.spans) == 1
     first, last = keeper.spans[0]
     assert last - first == 32 and "4821" in tokenizer.decode(ids[first:last])
+
+
+def test_a_read_is_asked_every_configuration_and_recorded_three_ways(tmp_path, monkeypatch):
+    import benchmarks.reader_routes as routes
+    from locret_cli.api import load_session
+    from locret_cli.bench.tasks import Question
+    from locret_cli.inputs.documents import text_document
+
+    text = "The mill grinds wheat by the river. " * 40 + "The gate code of the north depot is 4821. " + \
+        "The road bends east. " * 40
+    asked = [Question("What is the gate code of the north depot?", "4821", kind="lookup")]
+    monkeypatch.setattr(routes, "reads", lambda *args: [(0, text_document(text, "doc"), [], {"natural": asked})])
+    out = tmp_path / "rows.jsonl"
+    routes.run(load_session(device="cpu"), "locret", ["natural"], [0], 1, out, None,
+               {"budget": 256, "chunk_size": 128}, ["one-read", "windows"])
+    rows = routes.read_rows(out)
+    assert sorted(r["config"] for r in rows) == ["one-read", "one-read+refuse", "one-read+strict", "windows",
+                                                  "windows+refuse", "windows+strict"]
+    said = {r["config"]: r for r in rows}
+    for config in ("one-read", "windows"):
+        assert said[config]["refuse_answer"] in (said[config]["answer"], "The document does not say.")
+        assert said[config + "+refuse"]["answer"] == said[config]["refuse_answer"]
