@@ -54,6 +54,7 @@ from pathlib import Path
 from benchmarks.smollm2.fact_oracles import ORACLES, fact_oracle
 from benchmarks.smollm2.passage_oracle import passage_oracle
 from locret_cli.api import Session, load_session
+from locret_cli.api.answer_checks import unfound
 from locret_cli.bench.scoring import contains_match
 from locret_cli.bench.tasks import NATURAL, Question, kinds_samples, natural_samples
 from locret_cli.checks.grounding import REFUSAL
@@ -127,18 +128,15 @@ def run(session: Session, policy: str, sets: list[str], lengths: list[int], coun
                         answering = replace(base, **changed, strict=True)  # the model's answer is kept
                         result = reading.ask(question.question, answering, sources=0)
                         said = result.grounding.withheld or result.answer  # what --no-strict shows
-                        verdict = question.verdict(said, reading.document_text())
-                        strict = question.verdict(result.answer, reading.document_text())
-                        checked = result.grounding.verdict if result.grounding is not None else None
-                        unfound = checked is not None and checked.status == "not_found"
-                        refused = REFUSAL if unfound else said
+                        refused = REFUSAL if unfound(result.grounding.verdict) else said  # --refuse-unfound
+                        text = reading.document_text()
+                        verdict, strict = question.verdict(said, text), question.verdict(result.answer, text)
                         rows.append({"set": name, "length": length, "policy": label, "document": index,
                                      "config": config, "kind": question.kind, "question": question.question,
                                      "expected": [question.answer, *question.parts], "answer": said,
                                      "correct": verdict == "right", "route": result.route, "verdict": verdict,
                                      "strict_answer": result.answer, "strict_verdict": strict,
-                                     "refuse_answer": refused, "refuse_verdict": verdict if refused == said else
-                                     question.verdict(refused, reading.document_text()),
+                                     "refuse_answer": refused, "refuse_verdict": question.verdict(refused, text),
                                      "tokens": result.document.tokens, "read_s": reading.read_s,
                                      "time_to_first_token_s": result.speed.time_to_first_token_s - reading.read_s,
                                      "peak_bytes": peak_memory(session.loaded.model.device)[0],

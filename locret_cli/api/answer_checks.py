@@ -47,7 +47,7 @@ def check_answer(document: ReadDocument, question: str, drafted: DraftAnswer, so
         if again is not None and again.status == "found":
             answer, restated_from, grounding = restated, answer, again
     if (answering.strict and untrusted(forms, question, answer, grounding)) or (
-            answering.refuse_unfound and grounding is not None and grounding.status == "not_found"):
+            answering.refuse_unfound and unfound(grounding)):
         answer, withheld = REFUSAL, answer
     cited = drafted.sources
     if answer == REFUSAL or (forms and forms.says_not_stated(answer)):
@@ -56,6 +56,12 @@ def check_answer(document: ReadDocument, question: str, drafted: DraftAnswer, so
         cited = answer_first(cited, grounding.units(), document.source_map, sources)
     shown = cited if cited is not None else [] if sources > 0 else None
     return Checked(answer, shown, grounding, withheld, restated_from)
+
+
+def unfound(grounding: Grounding | None) -> bool:
+    """Whether `--refuse-unfound` withholds an answer of this grounding: some specific word of it is nowhere in the
+    document."""
+    return grounding is not None and grounding.status == "not_found"
 
 
 def untrusted(forms: QuestionForms | None, question: str, answer: str, grounding: Grounding | None) -> bool:
