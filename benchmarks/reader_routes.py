@@ -17,6 +17,10 @@ and every question is asked of that one read under each configuration:
     words-route       --reread 1 --locate words, with no reader, whatever the model's recorded settings say
     words-unstated    words-route with `--fallback unstated`: the bounded cache answers too, as unstated+reader
                       says, with no reader
+    attention-route   --reread 1 --locate attention, with no reader: the window where the bounded cache's first
+                      answer looked is read again whole
+    both-route        --reread 1 --locate both, with no reader: the window where that attention and the question's
+                      words, each as shares of its own total, add up highest
 
 Every answer is checked as `--strict` checks it, and reported three ways: CONFIG is what the model said,
 CONFIG+strict what `--strict` shows ("The document does not say." where grounding withholds it), and CONFIG+refuse
@@ -71,7 +75,9 @@ CONFIGS = {  # name: (answer settings changed, with the reader)
     "fallback+reader": ({"fallback": "unspecific"}, True),
     "unstated+reader": ({"fallback": "unstated"}, True),
     "words-route": ({"reread": 1, "locate": "words"}, False),
-    "words-unstated": ({"reread": 1, "locate": "words", "fallback": "unstated"}, False)}
+    "words-unstated": ({"reread": 1, "locate": "words", "fallback": "unstated"}, False),
+    "attention-route": ({"reread": 1, "locate": "attention"}, False),
+    "both-route": ({"reread": 1, "locate": "both"}, False)}
 PASSAGE_KEPT = "passage+heads"
 
 

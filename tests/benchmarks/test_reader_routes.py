@@ -84,11 +84,13 @@ def test_a_read_is_asked_every_configuration_and_recorded_three_ways(tmp_path, m
     monkeypatch.setattr(routes, "reads", lambda *args: [(0, text_document(text, "doc"), [], {"natural": asked})])
     out = tmp_path / "rows.jsonl"
     routes.run(load_session(device="cpu"), "locret", ["natural"], [0], 1, out, None,
-               {"budget": 256, "chunk_size": 128}, ["one-read", "windows"])
+               {"budget": 256, "chunk_size": 128}, ["one-read", "windows", "attention-route"])
     rows = routes.read_rows(out)
-    assert sorted(r["config"] for r in rows) == ["one-read", "one-read+refuse", "one-read+strict", "windows",
+    assert sorted(r["config"] for r in rows) == ["attention-route", "attention-route+refuse", "attention-route+strict",
+                                                  "one-read", "one-read+refuse", "one-read+strict", "windows",
                                                   "windows+refuse", "windows+strict"]
     said = {r["config"]: r for r in rows}
-    for config in ("one-read", "windows"):
+    assert said["attention-route"]["route"] == "windows"  # the window attention placed was read again
+    for config in ("one-read", "windows", "attention-route"):
         assert said[config]["refuse_answer"] in (said[config]["answer"], "The document does not say.")
         assert said[config + "+refuse"]["answer"] == said[config]["refuse_answer"]
