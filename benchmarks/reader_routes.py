@@ -252,7 +252,7 @@ def main() -> None:
             shipped = find_shipped(session.loaded.model)
             if shipped is None:
                 parser.error(f"--shipped-settings: no heads are shipped for {args.model}")
-            session.loaded.defaults = shipped.defaults
+            session = Session(replace(session.loaded, defaults=shipped.defaults), session.heads, session.reader)
         given = (("budget", args.budget), ("chunk_size", args.chunk_size), ("stabilizers", args.stabilizers),
                  ("span", args.span), ("lazy_after", args.lazy_after))
         overrides = dict(given)  # read_settings ignores the ones not given (None)

@@ -162,13 +162,11 @@ def records(blocks: list[str], examples: int, tokens: int, seed: int) -> list[di
     raise SystemExit(f"made only {len(made)} of {examples} records from {len(settings)} settings")
 
 
-def mixed(natural: list[dict], paragraphs: list[str], share: float, tokens: int, seed: int) -> list[dict]:
-    """`natural` with `share` of its records replaced by fact records of `tokens` tokens over `paragraphs`, in a
-    seeded shuffle (the same arguments give the same list)."""
+def mixed(natural: list[dict], paragraphs: list[str], facts: int, tokens: int, seed: int) -> list[dict]:
+    """`natural` and `facts` fact records of `tokens` tokens over `paragraphs`, in a seeded shuffle (the same
+    arguments give the same list)."""
     rng = random.Random(seed + 1)
-    facts = round(len(natural) * share)
-    made = natural[:len(natural) - facts] + [{**heads_data.record(paragraphs, tokens, rng), "kind": "fact"}
-                                              for _ in range(facts)]
+    made = natural + [{**heads_data.record(paragraphs, tokens, rng), "kind": "fact"} for _ in range(facts)]
     rng.shuffle(made)
     return made
 
@@ -194,9 +192,10 @@ def main() -> None:
     args = parser.parse_args()
     if not 0 <= args.facts <= 1:
         raise SystemExit(f"--facts is a share between 0 and 1, not {args.facts}")
-    made = records(package_blocks(args.package), args.examples, args.tokens, args.seed)
-    if args.facts:
-        made = mixed(made, prose.paragraphs(prose.MODEL_PACKAGES), args.facts, args.tokens, args.seed)
+    facts = round(args.examples * args.facts)  # fact records in place of natural ones: none made to be dropped
+    made = records(package_blocks(args.package), args.examples - facts, args.tokens, args.seed)
+    if facts:
+        made = mixed(made, prose.paragraphs(prose.MODEL_PACKAGES), facts, args.tokens, args.seed)
     with args.out.open("w") as out:
         out.writelines(json.dumps(r) + "\n" for r in made)
     kinds = {k: sum(r["kind"] == k for r in made) for k in ("default", "switch", "two-place", "fact")}
