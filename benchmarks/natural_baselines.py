@@ -25,13 +25,11 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from benchmarks.reader_routes import read_rows, report
+from benchmarks.reader_routes import answer_views, read_rows, report
 from locret_cli.api import Session, load_session
-from locret_cli.api.answer_checks import unfound
 from locret_cli.bench.baselines import baseline_readings, baseline_variant
 from locret_cli.bench.rag import RAG_TOKENS
 from locret_cli.bench.tasks import NATURAL, natural_samples
-from locret_cli.checks.grounding import REFUSAL
 from locret_cli.core.measure import peak_memory
 
 ROW_LENGTH = 32000  # reader_routes' row label for natural documents (its --lengths default): rows group together
@@ -57,17 +55,10 @@ def run(session: Session, split_set: str, only: set[str] | None, rows: list[str]
             for step in baseline_readings(session, baseline, [asked], plan.read):
                 question = step.question
                 result = step.reading.ask(question.question, answering, sources=0)
-                said = result.grounding.withheld or result.answer  # what --no-strict shows
-                refused = REFUSAL if unfound(result.grounding.verdict) else said
-                verdict = question.verdict(said, step.judged)
-                right += verdict == "right"
+                views = answer_views(question, result, step.judged)  # judged against the whole document
+                right += views["correct"]
                 record = {"set": split_set, "length": ROW_LENGTH, "policy": "full", "document": index,
-                          "config": row, "kind": question.kind, "question": question.question,
-                          "expected": [question.answer, *question.parts], "answer": said,
-                          "correct": verdict == "right", "route": "baseline", "verdict": verdict,
-                          "strict_answer": result.answer, "strict_verdict": question.verdict(result.answer,
-                                                                                             step.judged),
-                          "refuse_answer": refused, "refuse_verdict": question.verdict(refused, step.judged),
+                          "config": row, **views, "route": "baseline",
                           "tokens": step.document_tokens, "read_tokens": result.document.tokens,
                           "read_s": step.reading.read_s + step.before_s,
                           "peak_bytes": peak_memory(session.loaded.model.device)[0],

@@ -133,17 +133,10 @@ def run(session: Session, policy: str, sets: list[str], lengths: list[int], coun
                         reading.engine = reading.engine.with_reader(config_reader)
                         answering = replace(base, **changed, strict=True)  # the model's answer is kept
                         result = reading.ask(question.question, answering, sources=0)
-                        said = result.grounding.withheld or result.answer  # what --no-strict shows
-                        refused = REFUSAL if unfound(result.grounding.verdict) else said  # --refuse-unfound
-                        text = reading.document_text()
-                        verdict, strict = question.verdict(said, text), question.verdict(result.answer, text)
                         rows.append({"set": name, "length": length, "policy": label, "document": index,
-                                     "config": config, "kind": question.kind, "question": question.question,
-                                     "expected": [question.answer, *question.parts], "answer": said,
-                                     "correct": verdict == "right", "route": result.route, "verdict": verdict,
-                                     "strict_answer": result.answer, "strict_verdict": strict,
-                                     "refuse_answer": refused, "refuse_verdict": question.verdict(refused, text),
-                                     "tokens": result.document.tokens, "read_s": reading.read_s,
+                                     "config": config, **answer_views(question, result, reading.document_text()),
+                                     "route": result.route, "tokens": result.document.tokens,
+                                     "read_s": reading.read_s,
                                      "time_to_first_token_s": result.speed.time_to_first_token_s - reading.read_s,
                                      "peak_bytes": peak_memory(session.loaded.model.device)[0],
                                      "settings": {"budget": settings.budget, "chunk_size": settings.chunk_size,
@@ -157,6 +150,18 @@ def run(session: Session, policy: str, sets: list[str], lengths: list[int], coun
                     right[row["config"]] += row["correct"]
                 print(f"{name} {length} {label} doc {index} ({reading.read_s:.0f} s read): " +
                       ", ".join(f"{c} {right[c]}/{len(questions)}" for c in todo[name]), flush=True)
+
+
+def answer_views(question: Question, result, text) -> dict:
+    """A strict answer's row fields, judged against `text`: as said (the answer grounding withheld, if any), as
+    `--strict` shows it and as `--refuse-unfound` shows it."""
+    said = result.grounding.withheld or result.answer  # what --no-strict shows
+    refused = REFUSAL if unfound(result.grounding.verdict) else said  # --refuse-unfound
+    verdict = question.verdict(said, text)
+    return {"kind": question.kind, "question": question.question, "expected": [question.answer, *question.parts],
+            "answer": said, "correct": verdict == "right", "verdict": verdict, "strict_answer": result.answer,
+            "strict_verdict": question.verdict(result.answer, text), "refuse_answer": refused,
+            "refuse_verdict": question.verdict(refused, text)}
 
 
 def reads(session: Session, sets: list[str], length: int, count: int, packages: Path | None,
