@@ -21,10 +21,18 @@ and every question is asked of that one read under each configuration:
                       answer looked is read again whole
     both-route        --reread 1 --locate both, with no reader: the window where that attention and the question's
                       words, each as shares of its own total, add up highest
+    bm25-route        --reread 1 --locate bm25, with no reader: the window centred on the passage whose words best
+                      match the question's (BM25)
+    bm25-4x256        --reread 4 --reread-tokens 256 --locate bm25: four small windows, as a retrieval pipeline's
+                      top passages
+    bm25-3x1024       --reread 3 --locate bm25: three windows of 1,024 tokens
+When every configuration asked locates in the text alone (words, bm25), the bounded read runs only for a question
+that locates no window.
 
 Every answer is checked as `--strict` checks it, and reported three ways: CONFIG is what the model said,
 CONFIG+strict what `--strict` shows ("The document does not say." where grounding withholds it), and CONFIG+refuse
-what `--refuse-unfound` shows (withheld only where some specific word of it is nowhere in the document).
+what `--refuse-unfound` shows (withheld only where some specific word of it is nowhere in the document); an answer
+from re-read windows also as CONFIG+wrefuse, withheld where some specific word of it is nowhere in those windows.
 
 Sets: `dev` (`evaluate.py`'s dev documents: pass keys, codes and people in prose of the dev packages), `kinds`
 (`locret bench --tasks kinds`: one question of each kind per document, in the Paul Graham essays) and `natural` or
@@ -58,15 +66,16 @@ from pathlib import Path
 from benchmarks.smollm2.fact_oracles import ORACLES, fact_oracle
 from benchmarks.smollm2.passage_oracle import passage_oracle
 from locret_cli.api import Session, load_session
-from locret_cli.api.answer_checks import unfound
+from locret_cli.api.answer_checks import read_text, unfound
 from locret_cli.bench.scoring import contains_match
 from locret_cli.bench.tasks import NATURAL, Question, kinds_samples, natural_samples
-from locret_cli.checks.grounding import REFUSAL
+from locret_cli.checks.grounding import REFUSAL, DocumentText, ground
 from locret_cli.core.answer.reader import ReaderAdapter
 from locret_cli.core.measure import peak_memory
 from locret_cli.inputs.documents import text_document
 from locret_cli.models.reader_files import load_reader
 from locret_cli.models.shipped import find_shipped
+from locret_cli.settings import TEXT_LOCATES
 from recipes import prose
 
 CONFIGS = {  # name: (answer settings changed, with the reader)
@@ -77,7 +86,10 @@ CONFIGS = {  # name: (answer settings changed, with the reader)
     "words-route": ({"reread": 1, "locate": "words"}, False),
     "words-unstated": ({"reread": 1, "locate": "words", "fallback": "unstated"}, False),
     "attention-route": ({"reread": 1, "locate": "attention"}, False),
-    "both-route": ({"reread": 1, "locate": "both"}, False)}
+    "both-route": ({"reread": 1, "locate": "both"}, False),
+    "bm25-route": ({"reread": 1, "locate": "bm25"}, False),
+    "bm25-4x256": ({"reread": 4, "reread_tokens": 256, "locate": "bm25"}, False),
+    "bm25-3x1024": ({"reread": 3, "locate": "bm25"}, False)}
 PASSAGE_KEPT = "passage+heads"
 
 
@@ -125,7 +137,9 @@ def run(session: Session, policy: str, sets: list[str], lengths: list[int], coun
                       if oracle == PASSAGE_KEPT else fact_oracle(oracle, runner, document, statements, settings)
                       if oracle else None)
             every = [q.question for name in asked for q in asked[name]]  # a policy that reads with the questions
-            reading = runner.read(document, settings, force=True, policy=keeper, questions=every)  # (finch) gets all
+            defer = all(wanted[n][0].get("locate") in TEXT_LOCATES and "fallback" not in wanted[n][0] for n in wanted)
+            reading = runner.read(document, settings, force=True, policy=keeper, questions=every,  # (finch) gets all
+                                  defer=defer and keeper is None)
             for name, questions in asked.items():
                 rows = []
                 for question in questions:
@@ -134,8 +148,11 @@ def run(session: Session, policy: str, sets: list[str], lengths: list[int], coun
                         answering = replace(base, **changed, strict=True)  # the model's answer is kept
                         result = reading.ask(question.question, answering, sources=0)
                         rows.append({"set": name, "length": length, "policy": label, "document": index,
-                                     "config": config, **answer_views(question, result, reading.document_text()),
+                                     "config": config, **answer_views(question, result, reading.document_text(),
+                                                                      read_text(reading, result.windows)
+                                                                      if result.route == "windows" else None),
                                      "route": result.route, "tokens": result.document.tokens,
+                                     "holds_document": result.kv_cache.holds_document,
                                      "read_s": reading.read_s,
                                      "time_to_first_token_s": result.speed.time_to_first_token_s - reading.read_s,
                                      "peak_bytes": peak_memory(session.loaded.model.device)[0],
@@ -152,16 +169,22 @@ def run(session: Session, policy: str, sets: list[str], lengths: list[int], coun
                       ", ".join(f"{c} {right[c]}/{len(questions)}" for c in todo[name]), flush=True)
 
 
-def answer_views(question: Question, result, text) -> dict:
+def answer_views(question: Question, result, text, read: DocumentText | None = None) -> dict:
     """A strict answer's row fields, judged against `text`: as said (the answer grounding withheld, if any), as
-    `--strict` shows it and as `--refuse-unfound` shows it."""
+    `--strict` shows it and as `--refuse-unfound` shows it; with `read` (the windows the answer read), also withheld
+    where some specific word of it is nowhere in them (`wrefuse`: as `--refuse-unfound --unfound-in read` shows
+    it)."""
     said = result.grounding.withheld or result.answer  # what --no-strict shows
     refused = REFUSAL if unfound(result.grounding.verdict) else said  # --refuse-unfound
     verdict = question.verdict(said, text)
-    return {"kind": question.kind, "question": question.question, "expected": [question.answer, *question.parts],
-            "answer": said, "correct": verdict == "right", "verdict": verdict, "strict_answer": result.answer,
-            "strict_verdict": question.verdict(result.answer, text), "refuse_answer": refused,
-            "refuse_verdict": question.verdict(refused, text)}
+    views = {"kind": question.kind, "question": question.question, "expected": [question.answer, *question.parts],
+             "answer": said, "correct": verdict == "right", "verdict": verdict, "strict_answer": result.answer,
+             "strict_verdict": question.verdict(result.answer, text), "refuse_answer": refused,
+             "refuse_verdict": question.verdict(refused, text)}
+    if read is not None:
+        withheld = REFUSAL if ground(question.question, said, read).status == "not_found" else said
+        views |= {"wrefuse_answer": withheld, "wrefuse_verdict": question.verdict(withheld, text)}
+    return views
 
 
 def reads(session: Session, sets: list[str], length: int, count: int, packages: Path | None,
@@ -193,8 +216,9 @@ def read_rows(path: Path) -> list[dict]:
     return rows + [{**row, "config": row["config"] + "+strict", "answer": row["strict_answer"],
                     "verdict": row["strict_verdict"], "correct": row["strict_verdict"] == "right"}
                    for row in rows if "strict_verdict" in row] + [
-        {**row, "config": row["config"] + "+refuse", "answer": row["refuse_answer"], "verdict": row["refuse_verdict"],
-         "correct": row["refuse_verdict"] == "right"} for row in rows if "refuse_verdict" in row]
+        {**row, "config": row["config"] + f"+{view}", "answer": row[f"{view}_answer"],
+         "verdict": row[f"{view}_verdict"], "correct": row[f"{view}_verdict"] == "right"}
+        for view in ("refuse", "wrefuse") for row in rows if f"{view}_verdict" in row]
 
 
 def report(rows: list[dict]) -> str:

@@ -18,7 +18,9 @@ DEFAULT_POLICY = "locret"  # the eviction policy unless one is asked for (`core/
 POLICY_NAMES = ("locret", "streaming", "h2o", "snapkv", "lazyllm", "finch", "random", "knorm", "full")
 KV_BITS = (16, 8, 4)  # bits per cached key and value (`core/cache/quantized.py`)
 POSITION_MODES = ("compact", "original")
-LOCATE_MODES = ("attention", "words", "both")  # what names the windows `--reread` reads again
+LOCATE_MODES = ("attention", "words", "both", "bm25")  # what names the windows `--reread` reads again
+TEXT_LOCATES = ("words", "bm25")  # those that need only the document's text, not the bounded read
+UNFOUND_SCOPES = ("document", "read")  # where `--refuse-unfound` looks for an answer's content
 FALLBACKS = ("unlocated", "unspecific", "unstated")  # when the bounded cache answers in place of `--reread`'s windows
 SEED_MAX = 2**64 - 1  # the largest seed a torch.Generator takes
 
@@ -126,8 +128,9 @@ class AnswerSettings:
                              "places them; 0: off (the bounded cache answers).", minimum=0)
     reread_tokens: int = setting(1024, "Tokens per re-read window.", minimum=1)
     locate: str = setting("attention", "What places the re-read windows: attention (where a first answer from the "
-                                       "bounded cache looked), words (where the question's rarer words occur), or "
-                                       "both.", choices=LOCATE_MODES)
+                                       "bounded cache looked), words (where the question's rarer words occur), "
+                                       "both, or bm25 (centred on the passages whose words best match the "
+                                       "question's, by BM25).", choices=LOCATE_MODES)
     fallback: str = setting("unlocated", "With --reread, when the bounded cache answers instead: unlocated (no window "
                                          "is located); unspecific (also when the windows' answer names nothing the "
                                          "document holds, and the bounded cache's answer does); or unstated (also "
@@ -144,6 +147,10 @@ class AnswerSettings:
                                           "occurs nowhere in the document, made up, with \"The document does not "
                                           "say.\", and exit with status 4; --strict also withholds content the "
                                           "document gives elsewhere.", flag="--refuse-unfound/--keep-unfound")
+    unfound_in: str = setting("document", "Where --refuse-unfound looks for an answer's specific content: document "
+                                          "(anywhere in it), or read (in the windows an answer from --reread read "
+                                          "again; an answer from the bounded cache is looked for in the document).",
+                              choices=UNFOUND_SCOPES)
 
     def checked(self) -> "AnswerSettings":
         """These settings, or SettingError for a value out of bounds."""

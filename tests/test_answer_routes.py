@@ -134,3 +134,24 @@ def test_refuse_unfound_withholds_only_content_from_nowhere(embedded_reading, sa
     assert checked.answer == shown and checked.withheld == (said if shown == REFUSAL else None)
     strict = check_answer(general.view(), GATE, drafted(general, said), sources=0)
     assert strict.answer == (FACT if said == FACT else REFUSAL)  # --strict also withholds the neighbour's word
+
+
+@pytest.mark.parametrize("said, route, shown", [
+    ("The gate code of the north depot is wheat.", "windows", REFUSAL),  # held elsewhere, not in the window read
+    ("The gate code of the north depot is wheat.", "bounded-cache", "The gate code of the north depot is wheat."),
+    (FACT, "windows", FACT)])
+def test_refuse_unfound_in_read_looks_only_in_the_windows_an_answer_read(embedded_reading, said, route, shown):
+    from locret_cli.core.answer.reread import Window
+
+    general = replace(embedded_reading, question_forms=None)
+    ids, decode = general.input_ids.tolist(), general.tokenizer.decode
+    first = next(i for i in range(len(ids)) if "wheat" not in decode(ids[i:]))  # the window starts past the wheat
+    window = Window(first, min(first + 40, len(ids)), "lines 1-1")
+    assert "4821" in decode(ids[window.first:window.end]) and "wheat" not in decode(ids[window.first:window.end])
+    draft = drafted(general, said, strict=False)
+    draft.engine.answering = replace(draft.engine.answering, refuse_unfound=True, unfound_in="read")
+    draft.route, draft.windows = route, [window]
+    checked = check_answer(general.view(), GATE, draft, sources=0)
+    assert checked.answer == shown and checked.withheld == (said if shown == REFUSAL else None)
+    draft.engine.answering = replace(draft.engine.answering, unfound_in="document")
+    assert check_answer(general.view(), GATE, draft, sources=0).answer == said  # the document holds every word

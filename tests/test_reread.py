@@ -62,8 +62,8 @@ def test_the_second_pass_reads_exactly_the_windows_the_first_pass_named(reading)
     session, reading = reading
     answering = AnswerSettings(max_new_tokens=4, reread=2, reread_tokens=48)
     question_ids = conversation_ids(reading.tokenizer, [], "What is the lamp of room 7?")
-    words = encode_text(reading.tokenizer, "What is the lamp of room 7?")
-    spans, _, _ = locate(reading.engine, reading.input_ids, reading.engine.pinned, question_ids, words, answering)
+    spans, _, _ = locate(reading.engine, reading.tokenizer, reading.input_ids, reading.engine.pinned,
+                         "What is the lamp of room 7?", question_ids, answering)
     result = reading.ask("What is the lamp of room 7?", answering)
     assert [(w.first, w.end) for w in result.windows] == spans and spans
     separator = len(encode_text(reading.tokenizer, SEPARATOR))

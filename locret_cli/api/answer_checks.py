@@ -6,7 +6,7 @@
   the same value, restated in the question's words (`QuestionForms.restated`), is, the restated answer is shown.
 - Strict mode: an untrusted answer is replaced with "The document does not say.", and the model's words are kept
   as `withheld`; `refuse_unfound` does so only for an answer some specific word of which occurs nowhere in the
-  document (grounding `not_found`: made up).
+  document (grounding `not_found`: made up), or, with `unfound_in` "read", nowhere in the windows it read again.
 - Sources: none for an answer that says the document is silent; else the pages that hold the answer's content first.
 """
 
@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from locret_cli.api.routes import DraftAnswer, ReadDocument
-from locret_cli.checks.grounding import REFUSAL, Grounding, ground
+from locret_cli.checks.grounding import REFUSAL, DocumentText, Grounding, ground
+from locret_cli.core.answer.reread import Window
 from locret_cli.inputs.sources import Source, answer_first
 from locret_cli.models.loading import QuestionForms
 
@@ -46,8 +47,11 @@ def check_answer(document: ReadDocument, question: str, drafted: DraftAnswer, so
         again = ground(question, restated, text, cut) if restated else None
         if again is not None and again.status == "found":
             answer, restated_from, grounding = restated, answer, again
-    if (answering.strict and untrusted(forms, question, answer, grounding)) or (
-            answering.refuse_unfound and unfound(grounding)):
+    if answering.unfound_in == "read" and drafted.route == "windows" and text is not None:
+        made_up = unfound(ground(question, answer, read_text(document, drafted.windows), cut))
+    else:
+        made_up = unfound(grounding)
+    if (answering.strict and untrusted(forms, question, answer, grounding)) or (answering.refuse_unfound and made_up):
         answer, withheld = REFUSAL, answer
     cited = drafted.sources
     if answer == REFUSAL or (forms and forms.says_not_stated(answer)):
@@ -56,6 +60,13 @@ def check_answer(document: ReadDocument, question: str, drafted: DraftAnswer, so
         cited = answer_first(cited, grounding.units(), document.source_map, sources)
     shown = cited if cited is not None else [] if sources > 0 else None
     return Checked(answer, shown, grounding, withheld, restated_from)
+
+
+def read_text(document: ReadDocument, windows: list[Window]) -> DocumentText:
+    """The text of the windows an answer read again, one unit each, labelled with their pages or lines."""
+    ids = document.input_ids.tolist()
+    texts = [document.tokenizer.decode(ids[w.first:w.end], skip_special_tokens=True) for w in windows]
+    return DocumentText(texts, [w.label for w in windows])
 
 
 def unfound(grounding: Grounding | None) -> bool:

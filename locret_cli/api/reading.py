@@ -11,8 +11,9 @@ depend on no question, unless the policy read the document for its questions (fi
 serves those questions best and later ones worse.
 
 A Reading built with `Session.read(defer=True)` has tokenized the document but not run its bounded read
-(`pending`): answers located by the question's words come from re-read windows alone (`routes.LocatedWindows`), so
-the read runs (`read_now`) only when an answer's route needs the cache, and at most once.
+(`pending`): answers located in the document's text (`--locate` words, bm25) come from re-read windows alone
+(`routes.LocatedWindows`), so the read runs (`read_now`) only when an answer's route needs the cache, and at most
+once.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from locret_cli.errors import SettingError
 from locret_cli.inputs.document_numbers import DocumentNumbers
 from locret_cli.inputs.sources import Source, SourceMap
 from locret_cli.models.loading import QuestionForms
-from locret_cli.settings import AnswerSettings
+from locret_cli.settings import TEXT_LOCATES, AnswerSettings
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,8 @@ class BoundedCache(Route):
 
 class LocatedWindows(Route):
     """The answer reads `reread` windows of the document again, whole; `BoundedCache` answers when none is located.
-    Windows located by the question's words alone never need the bounded read; attention needs it first."""
+    Windows located by the document's text alone (`--locate` words or bm25) never need the bounded read; attention
+    needs it first."""
 
     name = "windows"
 
@@ -112,7 +113,7 @@ class LocatedWindows(Route):
         if document.input_ids is None:
             raise SettingError("{reread} needs the document's tokens, which this context was saved without: read the "
                                "document again")
-        if turn.answering.locate != "words":
+        if turn.answering.locate not in TEXT_LOCATES:
             document.read_now(turn.on_read)
         required = FALLBACK_LEVELS.get(turn.answering.fallback, 0)  # how well the windows' answer must be grounded
         checks = required > 0

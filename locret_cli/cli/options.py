@@ -22,7 +22,7 @@ NoMemoryCheck = Annotated[bool, typer.Option("--no-memory-check", help="Run even
 KeptMap = Annotated[Optional[str], typer.Option("--kept-map", help="Also draw the entries kept per page (or line range), cited ones marked, to this PNG.", rich_help_panel=OUTPUT_PANEL)]
 Quiet = Annotated[bool, typer.Option("-q", "--quiet", help="Print only the answer.", rich_help_panel=OUTPUT_PANEL)]
 NoSources = Annotated[bool, typer.Option("--no-sources", help="Do not work out which pages each answer drew on.", rich_help_panel=OUTPUT_PANEL)]
-ReadFirst = Annotated[bool, typer.Option("--read-first", rich_help_panel=READING_PANEL, help="Run the bounded read before answering even when no answer needs it. With --reread and --locate words an answer comes from the windows the question's words name, so by default the read runs only for a question that names none.")]
+ReadFirst = Annotated[bool, typer.Option("--read-first", rich_help_panel=READING_PANEL, help="Run the bounded read before answering even when no answer needs it. With --reread and --locate words or bm25 an answer comes from the windows the question's words name, so by default the read runs only for a question that names none.")]
 
 
 def open_reading(source: str, spec, read: dict, answer: dict, err: Console, quiet: bool,

@@ -87,10 +87,46 @@ def test_a_read_is_asked_every_configuration_and_recorded_three_ways(tmp_path, m
                {"budget": 256, "chunk_size": 128}, ["one-read", "windows", "attention-route"])
     rows = routes.read_rows(out)
     assert sorted(r["config"] for r in rows) == ["attention-route", "attention-route+refuse", "attention-route+strict",
-                                                  "one-read", "one-read+refuse", "one-read+strict", "windows",
-                                                  "windows+refuse", "windows+strict"]
+                                                  "attention-route+wrefuse", "one-read", "one-read+refuse",
+                                                  "one-read+strict", "windows", "windows+refuse", "windows+strict"]
     said = {r["config"]: r for r in rows}
     assert said["attention-route"]["route"] == "windows"  # the window attention placed was read again
     for config in ("one-read", "windows", "attention-route"):
         assert said[config]["refuse_answer"] in (said[config]["answer"], "The document does not say.")
         assert said[config + "+refuse"]["answer"] == said[config]["refuse_answer"]
+
+
+def test_bm25_configurations_answer_from_windows_with_the_read_left_pending(tmp_path, monkeypatch):
+    import benchmarks.reader_routes as routes
+    from locret_cli.api import load_session
+    from locret_cli.bench.tasks import Question
+    from locret_cli.inputs.documents import text_document
+
+    text = "The mill grinds wheat by the river. " * 40 + "The gate code of the north depot is 4821. " + \
+        "The road bends east. " * 40
+    asked = [Question("What is the gate code of the north depot?", "4821", kind="lookup")]
+    monkeypatch.setattr(routes, "reads", lambda *args: [(0, text_document(text, "doc"), [], {"natural": asked})])
+    out = tmp_path / "rows.jsonl"
+    routes.run(load_session(device="cpu"), "locret", ["natural"], [0], 1, out, None,
+               {"budget": 256, "chunk_size": 128}, ["bm25-route", "bm25-3x1024"])
+    rows = {r["config"]: r for r in routes.read_rows(out)}
+    assert {"bm25-route", "bm25-route+wrefuse", "bm25-3x1024", "bm25-3x1024+refuse"} <= set(rows)
+    assert [(r["route"], r["holds_document"]) for r in rows.values()] == [("windows", False)] * len(rows)
+
+
+def test_the_windows_refusal_withholds_an_answer_whose_words_the_windows_lack():
+    from types import SimpleNamespace
+
+    from benchmarks.reader_routes import answer_views
+    from locret_cli.bench.tasks import Question
+    from locret_cli.checks.grounding import REFUSAL, DocumentText, ground
+
+    document = DocumentText(["The gate code of the north depot is 4821. The south depot's code is 7730."], ["p. 1"])
+    window = DocumentText(["The gate code of the north depot is 4821."], ["p. 1"])
+    question = Question("What is the gate code of the north depot?", "4821", kind="lookup")
+    for answer, withheld in (("4821", False), ("7730", True)):
+        verdict = ground(question.question, answer, document)
+        result = SimpleNamespace(answer=answer, grounding=SimpleNamespace(withheld=None, verdict=verdict))
+        views = answer_views(question, result, document, window)
+        assert views["refuse_answer"] == answer  # the document holds both numbers
+        assert views["wrefuse_answer"] == (REFUSAL if withheld else answer)

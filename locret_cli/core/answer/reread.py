@@ -6,8 +6,9 @@ measure it) names where in the document it looked; the second reads the `reread`
 tokens around those places again, whole, with a full cache, and answers from them. Memory stays bounded by the
 budget plus the windows.
 
-Located by the question's words alone, an answer never reads the bounded cache. A Reading then runs its bounded read
-only when an answer needs it (`Session.read(defer=True)`): when no window is found (`routes.LocatedWindows`).
+Located by the question's words alone (`locate` words or bm25), an answer never reads the bounded cache. A Reading
+then runs its bounded read only when an answer needs it (`Session.read(defer=True)`): when no window is found
+(`routes.LocatedWindows`).
 
 With `hops` 2, a fact that needs two places ("Who holds the key of the room where the choir meets?") gets a second
 pass: the first answer's own rarer words ("The choir meets in room 12.") locate further windows outside the first
@@ -22,6 +23,7 @@ import torch
 
 from locret_cli.core.answer.citations import AttentionTally
 from locret_cli.core.answer.locate import attention_per_token, best_windows, question_words_per_token
+from locret_cli.core.answer.passage_rank import best_passages, passage_scores, passage_signal
 from locret_cli.core.engine import Engine, Generation
 from locret_cli.inputs.document_numbers import DocumentNumbers
 from locret_cli.inputs.sources import Source, SourceMap, TokenChunk, top_sources, units_best
@@ -57,13 +59,19 @@ class WindowAnswer:
     extra_s: float  # before the second pass's question: locating (a probe answer, if any) and reading the windows
 
 
-def locate(reader: Engine, input_ids: torch.Tensor, pinned: int, question_ids: list[int], words: list[int],
+def locate(reader: Engine, tokenizer, input_ids: torch.Tensor, pinned: int, question: str, question_ids: list[int],
            answering: AnswerSettings,
            numbers: DocumentNumbers | None = None) -> tuple[list[tuple[int, int]], torch.Tensor, float]:
-    """The windows of the input to read again for `question_ids` (the question in its chat layout), the signal per
+    """The windows of the input to read again for `question` (`question_ids`: in its chat layout), the signal per
     token index that named them, and how long finding them took. `locate` "attention": where a probe answer on a
-    fork of `reader` looked among the kept entries; "words": where the question's rarer tokens (`words`, the
-    question's text alone) occur in the whole input; "both": the two, each as shares of its own total, added."""
+    fork of `reader` looked among the kept entries; "words": where the question's rarer tokens occur in the whole
+    input; "both": the two, each as shares of its own total, added; "bm25": centred on the passages that best match
+    the question's words (`passage_rank.py`)."""
+    started = reader.clock()
+    if answering.locate == "bm25":
+        scores, spans = passage_scores(tokenizer, input_ids, question, pinned, answering.reread_tokens)
+        windows = best_passages(scores, spans, answering.reread, answering.reread_tokens, pinned, len(input_ids))
+        return windows, passage_signal(scores, spans, len(input_ids)), reader.clock() - started
     signals, probe_s = [], 0.0
     if answering.locate in ("attention", "both"):
         probe = reader.fork(replace(answering, max_new_tokens=min(PROBE_TOKENS, answering.max_new_tokens)))
@@ -73,7 +81,7 @@ def locate(reader: Engine, input_ids: torch.Tensor, pinned: int, question_ids: l
         signals.append(attention_per_token(origins, weights, len(input_ids), pinned))
         probe_s = generation.time_to_first_token_s + generation.decode_s
     if answering.locate in ("words", "both"):
-        signals.append(question_words_per_token(input_ids, words, pinned))
+        signals.append(question_words_per_token(input_ids, encode_text(tokenizer, question), pinned))
     per_token = sum(signal / signal.sum() for signal in signals if signal.sum() > 0)
     if not isinstance(per_token, torch.Tensor):
         return [], torch.zeros(len(input_ids), dtype=torch.float64), probe_s
@@ -87,8 +95,8 @@ def answer_from_windows(reader: Engine, tokenizer, input_ids: torch.Tensor, sour
     then from those and the windows the first answer's words locate); None when nothing names a window (then the
     bounded cache answers). `numbers` are the document's, for `numbers_from_document`."""
     pinned = reader.pinned
-    spans, signal, locate_s = locate(reader, input_ids, pinned, question_ids, encode_text(tokenizer, question),
-                                     answering, numbers)
+    spans, signal, locate_s = locate(reader, tokenizer, input_ids, pinned, question, question_ids, answering,
+                                     numbers)
     if not spans:
         return None
     hops = [1] * len(spans)
