@@ -32,7 +32,8 @@ that locates no window.
 Every answer is checked as `--strict` checks it, and reported three ways: CONFIG is what the model said,
 CONFIG+strict what `--strict` shows ("The document does not say." where grounding withholds it), and CONFIG+refuse
 what `--refuse-unfound` shows (withheld only where some specific word of it is nowhere in the document); an answer
-from re-read windows also as CONFIG+wrefuse, withheld where some specific word of it is nowhere in those windows.
+from re-read windows also as CONFIG+wrefuse, withheld where some specific word of it is nowhere in those windows
+and the question (`--unfound-in read`).
 
 Sets: `dev` (`evaluate.py`'s dev documents: pass keys, codes and people in prose of the dev packages), `kinds`
 (`locret bench --tasks kinds`: one question of each kind per document, in the Paul Graham essays) and `natural` or
@@ -149,7 +150,7 @@ def run(session: Session, policy: str, sets: list[str], lengths: list[int], coun
                         result = reading.ask(question.question, answering, sources=0)
                         rows.append({"set": name, "length": length, "policy": label, "document": index,
                                      "config": config, **answer_views(question, result, reading.document_text(),
-                                                                      read_text(reading, result.windows)
+                                                                      read_text(reading, result.windows, question.question)
                                                                       if result.route == "windows" else None),
                                      "route": result.route, "tokens": result.document.tokens,
                                      "holds_document": result.kv_cache.holds_document,
@@ -172,8 +173,8 @@ def run(session: Session, policy: str, sets: list[str], lengths: list[int], coun
 def answer_views(question: Question, result, text, read: DocumentText | None = None) -> dict:
     """A strict answer's row fields, judged against `text`: as said (the answer grounding withheld, if any), as
     `--strict` shows it and as `--refuse-unfound` shows it; with `read` (the windows the answer read), also withheld
-    where some specific word of it is nowhere in them (`wrefuse`: as `--refuse-unfound --unfound-in read` shows
-    it)."""
+    where some specific word of it is nowhere in them and the question (`wrefuse`: as `--refuse-unfound
+    --unfound-in read` shows it)."""
     said = result.grounding.withheld or result.answer  # what --no-strict shows
     refused = REFUSAL if unfound(result.grounding.verdict) else said  # --refuse-unfound
     verdict = question.verdict(said, text)

@@ -149,7 +149,8 @@ class AnswerSettings:
                                           "document gives elsewhere.", flag="--refuse-unfound/--keep-unfound")
     unfound_in: str = setting("document", "Where --refuse-unfound looks for an answer's specific content: document "
                                           "(anywhere in it), or read (in the windows an answer from --reread read "
-                                          "again; an answer from the bounded cache is looked for in the document).",
+                                          "again, or the question; an answer from the bounded cache is looked for in "
+                                          "the document).",
                               choices=UNFOUND_SCOPES)
 
     def checked(self) -> "AnswerSettings":

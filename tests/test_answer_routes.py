@@ -136,18 +136,22 @@ def test_refuse_unfound_withholds_only_content_from_nowhere(embedded_reading, sa
     assert strict.answer == (FACT if said == FACT else REFUSAL)  # --strict also withholds the neighbour's word
 
 
-@pytest.mark.parametrize("said, route, shown", [
-    ("The gate code of the north depot is wheat.", "windows", REFUSAL),  # held elsewhere, not in the window read
-    ("The gate code of the north depot is wheat.", "bounded-cache", "The gate code of the north depot is wheat."),
-    (FACT, "windows", FACT)])
-def test_refuse_unfound_in_read_looks_only_in_the_windows_an_answer_read(embedded_reading, said, route, shown):
+@pytest.mark.parametrize("said, route, past, shown", [
+    ("The gate code of the north depot is wheat.", "windows", "wheat", REFUSAL),  # held elsewhere, not in the window
+    ("The gate code of the north depot is wheat.", "bounded-cache", "wheat",
+     "The gate code of the north depot is wheat."),  # from the bounded cache: looked for in the whole document
+    (FACT, "windows", "wheat", FACT),
+    (FACT, "windows", "depot", FACT)])  # the window holds "is 4821."; the question gives the rest
+def test_refuse_unfound_in_read_looks_only_in_the_windows_an_answer_read_and_the_question(embedded_reading, said,
+                                                                                          route, past, shown):
     from locret_cli.core.answer.reread import Window
 
     general = replace(embedded_reading, question_forms=None)
     ids, decode = general.input_ids.tolist(), general.tokenizer.decode
-    first = next(i for i in range(len(ids)) if "wheat" not in decode(ids[i:]))  # the window starts past the wheat
+    first = next(i for i in range(len(ids)) if past not in decode(ids[i:]))  # the window starts after `past`
     window = Window(first, min(first + 40, len(ids)), "lines 1-1")
-    assert "4821" in decode(ids[window.first:window.end]) and "wheat" not in decode(ids[window.first:window.end])
+    read = decode(ids[window.first:window.end])
+    assert "4821" in read and "wheat" not in read and ("depot" not in read) == (past == "depot")
     draft = drafted(general, said, strict=False)
     draft.engine.answering = replace(draft.engine.answering, refuse_unfound=True, unfound_in="read")
     draft.route, draft.windows = route, [window]

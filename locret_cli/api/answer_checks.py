@@ -6,7 +6,8 @@
   the same value, restated in the question's words (`QuestionForms.restated`), is, the restated answer is shown.
 - Strict mode: an untrusted answer is replaced with "The document does not say.", and the model's words are kept
   as `withheld`; `refuse_unfound` does so only for an answer some specific word of which occurs nowhere in the
-  document (grounding `not_found`: made up), or, with `unfound_in` "read", nowhere in the windows it read again.
+  document (grounding `not_found`: made up), or, with `unfound_in` "read", nowhere in the windows it read again
+  and the question.
 - Sources: none for an answer that says the document is silent; else the pages that hold the answer's content first.
 """
 
@@ -48,7 +49,7 @@ def check_answer(document: ReadDocument, question: str, drafted: DraftAnswer, so
         if again is not None and again.status == "found":
             answer, restated_from, grounding = restated, answer, again
     if answering.unfound_in == "read" and drafted.route == "windows" and text is not None:
-        made_up = unfound(ground(question, answer, read_text(document, drafted.windows), cut))
+        made_up = unfound(ground(question, answer, read_text(document, drafted.windows, question), cut))
     else:
         made_up = unfound(grounding)
     if (answering.strict and untrusted(forms, question, answer, grounding)) or (answering.refuse_unfound and made_up):
@@ -62,11 +63,12 @@ def check_answer(document: ReadDocument, question: str, drafted: DraftAnswer, so
     return Checked(answer, shown, grounding, withheld, restated_from)
 
 
-def read_text(document: ReadDocument, windows: list[Window]) -> DocumentText:
-    """The text of the windows an answer read again, one unit each, labelled with their pages or lines."""
+def read_text(document: ReadDocument, windows: list[Window], question: str) -> DocumentText:
+    """What an answer from re-read windows read: each window's text, labelled with its pages or lines, and the
+    question (the words it gives are not the answer's own)."""
     ids = document.input_ids.tolist()
     texts = [document.tokenizer.decode(ids[w.first:w.end], skip_special_tokens=True) for w in windows]
-    return DocumentText(texts, [w.label for w in windows])
+    return DocumentText([*texts, question], [*(w.label for w in windows), "the question"])
 
 
 def unfound(grounding: Grounding | None) -> bool:

@@ -122,8 +122,8 @@ def test_the_windows_refusal_withholds_an_answer_whose_words_the_windows_lack():
     from locret_cli.checks.grounding import REFUSAL, DocumentText, ground
 
     document = DocumentText(["The gate code of the north depot is 4821. The south depot's code is 7730."], ["p. 1"])
-    window = DocumentText(["The gate code of the north depot is 4821."], ["p. 1"])
     question = Question("What is the gate code of the north depot?", "4821", kind="lookup")
+    window = DocumentText(["The gate code of the north depot is 4821.", question.question], ["p. 1", "the question"])
     for answer, withheld in (("4821", False), ("7730", True)):
         verdict = ground(question.question, answer, document)
         result = SimpleNamespace(answer=answer, grounding=SimpleNamespace(withheld=None, verdict=verdict))
