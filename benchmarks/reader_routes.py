@@ -148,10 +148,10 @@ def run(session: Session, policy: str, sets: list[str], lengths: list[int], coun
                         reading.engine = reading.engine.with_reader(config_reader)
                         answering = replace(base, **changed, strict=True)  # the model's answer is kept
                         result = reading.ask(question.question, answering, sources=0)
+                        read = (read_text(reading, result.windows, question.question) if result.route == "windows"
+                                else None)
                         rows.append({"set": name, "length": length, "policy": label, "document": index,
-                                     "config": config, **answer_views(question, result, reading.document_text(),
-                                                                      read_text(reading, result.windows, question.question)
-                                                                      if result.route == "windows" else None),
+                                     "config": config, **answer_views(question, result, reading.document_text(), read),
                                      "route": result.route, "tokens": result.document.tokens,
                                      "holds_document": result.kv_cache.holds_document,
                                      "read_s": reading.read_s,
