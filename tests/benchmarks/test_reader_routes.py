@@ -72,7 +72,8 @@ def test_the_kept_set_oracle_keeps_the_tokens_around_each_stated_answer():
     assert last - first == 32 and "4821" in tokenizer.decode(ids[first:last])
 
 
-def test_a_read_is_asked_every_configuration_and_recorded_three_ways(tmp_path, monkeypatch):
+def routes_rows(tmp_path, monkeypatch, configs: list[str]) -> list[dict]:
+    """reader_routes' rows for `configs`, asked of one document of the embedded model's kind, one lookup question."""
     import benchmarks.reader_routes as routes
     from locret_cli.api import load_session
     from locret_cli.bench.tasks import Question
@@ -84,8 +85,12 @@ def test_a_read_is_asked_every_configuration_and_recorded_three_ways(tmp_path, m
     monkeypatch.setattr(routes, "reads", lambda *args: [(0, text_document(text, "doc"), [], {"natural": asked})])
     out = tmp_path / "rows.jsonl"
     routes.run(load_session(device="cpu"), "locret", ["natural"], [0], 1, out, None,
-               {"budget": 256, "chunk_size": 128}, ["one-read", "windows", "attention-route"])
-    rows = routes.read_rows(out)
+               {"budget": 256, "chunk_size": 128}, configs)
+    return routes.read_rows(out)
+
+
+def test_a_read_is_asked_every_configuration_and_recorded_three_ways(tmp_path, monkeypatch):
+    rows = routes_rows(tmp_path, monkeypatch, ["one-read", "windows", "attention-route"])
     assert sorted(r["config"] for r in rows) == ["attention-route", "attention-route+refuse", "attention-route+strict",
                                                   "attention-route+wrefuse", "one-read", "one-read+refuse",
                                                   "one-read+strict", "windows", "windows+refuse", "windows+strict"]
@@ -97,19 +102,7 @@ def test_a_read_is_asked_every_configuration_and_recorded_three_ways(tmp_path, m
 
 
 def test_bm25_configurations_answer_from_windows_with_the_read_left_pending(tmp_path, monkeypatch):
-    import benchmarks.reader_routes as routes
-    from locret_cli.api import load_session
-    from locret_cli.bench.tasks import Question
-    from locret_cli.inputs.documents import text_document
-
-    text = "The mill grinds wheat by the river. " * 40 + "The gate code of the north depot is 4821. " + \
-        "The road bends east. " * 40
-    asked = [Question("What is the gate code of the north depot?", "4821", kind="lookup")]
-    monkeypatch.setattr(routes, "reads", lambda *args: [(0, text_document(text, "doc"), [], {"natural": asked})])
-    out = tmp_path / "rows.jsonl"
-    routes.run(load_session(device="cpu"), "locret", ["natural"], [0], 1, out, None,
-               {"budget": 256, "chunk_size": 128}, ["bm25-route", "bm25-3x1024"])
-    rows = {r["config"]: r for r in routes.read_rows(out)}
+    rows = {r["config"]: r for r in routes_rows(tmp_path, monkeypatch, ["bm25-route", "bm25-3x1024"])}
     assert {"bm25-route", "bm25-route+wrefuse", "bm25-3x1024", "bm25-3x1024+refuse"} <= set(rows)
     assert [(r["route"], r["holds_document"]) for r in rows.values()] == [("windows", False)] * len(rows)
 

@@ -36,9 +36,9 @@ def question_words_per_token(input_ids: torch.Tensor, question_ids: list[int], s
 
 def best_windows(per_token: torch.Tensor, count: int, size: int, start: int = 0) -> list[tuple[int, int]]:
     """Up to `count` windows [first, end) of token indices, `size` long (shorter at the input's ends), each centred
-    on the attention in the densest run of PEAK_TOKENS tokens not yet in a window, in document order, windows that overlap merged
-    (so they never hold more than count * size tokens); none begins before `start` (the prompt's head). Runs that
-    received nothing are never chosen."""
+    on the attention in the densest run of PEAK_TOKENS tokens not yet in a window, in document order, windows that
+    overlap merged (so they never hold more than count * size tokens); none begins before `start` (the prompt's
+    head). Runs that received nothing are never chosen."""
     n = len(per_token)
     peak = min(PEAK_TOKENS, size, max(n - start, 1))
     sums = torch.cat([torch.zeros(1, dtype=torch.float64), per_token.cumsum(0)])
@@ -54,8 +54,13 @@ def best_windows(per_token: torch.Tensor, count: int, size: int, start: int = 0)
         end = min(n, first + size)
         chosen.append((first, end))
         density[max(first - peak + 1, 0): end] = float("-inf")
+    return joined(chosen)
+
+
+def joined(windows: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Windows [first, end) in document order, those that overlap or touch joined into one."""
     merged: list[tuple[int, int]] = []
-    for first, end in sorted(chosen):
+    for first, end in sorted(windows):
         if merged and first <= merged[-1][1]:
             merged[-1] = (merged[-1][0], max(merged[-1][1], end))
         else:

@@ -19,6 +19,7 @@ from collections import Counter
 import torch
 
 from locret_cli.checks.grounding import COMMON, words
+from locret_cli.core.answer.locate import joined
 
 PASSAGE_TOKENS = 256
 K1 = 1.2  # how fast a word's repeats in one passage stop adding to its score
@@ -80,13 +81,7 @@ def best_passages(scores: list[float], spans: list[tuple[int, int]], count: int,
             continue
         first = max(start, min(centre - size // 2, tokens - size))
         chosen.append((first, min(tokens, first + size)))
-    merged: list[tuple[int, int]] = []
-    for first, end in sorted(chosen):
-        if merged and first <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
-        else:
-            merged.append((first, end))
-    return merged
+    return joined(chosen)
 
 
 def passage_signal(scores: list[float], spans: list[tuple[int, int]], tokens: int) -> torch.Tensor:
