@@ -48,11 +48,10 @@ def check_answer(document: ReadDocument, question: str, drafted: DraftAnswer, so
         again = ground(question, restated, text, cut) if restated else None
         if again is not None and again.status == "found":
             answer, restated_from, grounding = restated, answer, again
-    if answering.unfound_in == "read" and drafted.route == "windows" and text is not None:
+    made_up = answering.refuse_unfound and unfound(grounding)
+    if answering.refuse_unfound and answering.unfound_in == "read" and drafted.route == "windows" and text is not None:
         made_up = unfound(ground(question, answer, read_text(document, drafted.windows, question), cut))
-    else:
-        made_up = unfound(grounding)
-    if (answering.strict and untrusted(forms, question, answer, grounding)) or (answering.refuse_unfound and made_up):
+    if (answering.strict and untrusted(forms, question, answer, grounding)) or made_up:
         answer, withheld = REFUSAL, answer
     cited = drafted.sources
     if answer == REFUSAL or (forms and forms.says_not_stated(answer)):
