@@ -183,7 +183,7 @@ def answer_views(question: Question, result, text, read: DocumentText | None = N
              "strict_verdict": question.verdict(result.answer, text), "refuse_answer": refused,
              "refuse_verdict": question.verdict(refused, text)}
     if read is not None:
-        withheld = REFUSAL if ground(question.question, said, read).status == "not_found" else said
+        withheld = REFUSAL if unfound(ground(question.question, said, read)) else said
         views |= {"wrefuse_answer": withheld, "wrefuse_verdict": question.verdict(withheld, text)}
     return views
 
