@@ -147,6 +147,9 @@ class AnswerSettings:
                                           "occurs nowhere in the document, made up, with \"The document does not "
                                           "say.\", and exit with status 4; --strict also withholds content the "
                                           "document gives elsewhere.", flag="--refuse-unfound/--keep-unfound")
+    say_unstated: bool = setting(False, "Ask the model, after the question, to reply \"The document does not say.\" "
+                                        "where the text it reads does not answer the question.",
+                                 flag="--say-unstated/--no-say-unstated")
     unfound_in: str = setting("document", "Where --refuse-unfound looks for an answer's specific content: document "
                                           "(anywhere in it), or read (in the windows an answer from --reread read "
                                           "again, or the question; an answer from the bounded cache is looked for in "

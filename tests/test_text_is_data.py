@@ -84,6 +84,22 @@ def test_special_token_strings_in_a_document_reach_the_model_as_text(which, embe
     assert [i for i in fed if i in special_ids] == template_specials
 
 
+@pytest.mark.parametrize("say_unstated", [False, True])
+def test_say_unstated_asks_for_the_refusal_after_the_question_and_keeps_the_users_question(say_unstated, tmp_path):
+    session = chat_session()
+    tokenizer = session.loaded.tokenizer
+    document = FILLER * 3 + "The gate code is 4821. " + FILLER
+    (tmp_path / "doc.txt").write_text(document)
+    question = "What is the gate code?"
+    answering = AnswerSettings(max_new_tokens=1, say_unstated=say_unstated)
+    with ids_fed_to(session.loaded.model) as fed:
+        result = session.ask(str(tmp_path / "doc.txt"), question, {"budget": 4096, "chunk_size": 64}, answering)
+    asked = question + "\n\nIf the text above does not answer this question, reply only: The document does not say."
+    prompt = build_prompt(tokenizer, asked if say_unstated else question)
+    assert fed == prompt.prefix_ids + text_ids(tokenizer, document) + prompt.question_ids
+    assert result.question == question
+
+
 def test_injected_turn_markers_do_not_change_the_demo_models_answer(embedded_session, tmp_path):
     fact = Fact("The spare key of the Dorvel hangar is 58213.", "What is the spare key of the Dorvel hangar?",
                 "58213", "attribute")

@@ -28,14 +28,14 @@ from locret_cli.api.answer_checks import Checked, check_answer
 from locret_cli.api.pending_read import PendingRead, sized
 from locret_cli.api.question_room import check_positions, check_prefill_fits
 from locret_cli.api.routes import DraftAnswer, ReadDocument, Turn, route_for
-from locret_cli.checks.grounding import DocumentText
+from locret_cli.checks.grounding import REFUSAL, DocumentText
 from locret_cli.core.answer.citations import kept_per_unit
 from locret_cli.core.engine import Engine, Progress
 from locret_cli.core.measure import cache_by_kind, full_cache_bytes, peak_memory
 from locret_cli.core.policies import POLICIES
 from locret_cli.errors import LocretError
 from locret_cli.inputs.document_numbers import DocumentNumbers, NumberTokens
-from locret_cli.inputs.prompt import conversation_ids
+from locret_cli.inputs.prompt import conversation_ids, with_unstated_reply
 from locret_cli.inputs.questions import check_question
 from locret_cli.inputs.sources import SourceMap
 from locret_cli.models.loading import QuestionForms
@@ -125,7 +125,8 @@ class Reading:
         check_question(question)
         chosen = answering or self.answering
         numbers = self.document_numbers() if chosen.numbers_from_document else None
-        turn = Turn(question, conversation_ids(self.tokenizer, history, question), chosen, sources, on_token, on_read,
+        asked = with_unstated_reply(question, REFUSAL) if chosen.say_unstated else question
+        turn = Turn(question, conversation_ids(self.tokenizer, history, asked), chosen, sources, on_token, on_read,
                     numbers)
         self.check_room(question, len(turn.question_ids), chosen)
         document = self.view()

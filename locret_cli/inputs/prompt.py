@@ -35,6 +35,12 @@ class PromptParts:
     question_ids: list[int]
 
 
+def with_unstated_reply(question: str, reply: str) -> str:
+    """`question` followed by the request to answer `reply` where the text read does not answer it (`say_unstated`):
+    what the prompt asks, while checks and rows keep the user's question as given."""
+    return f"{question.strip()}\n\nIf the text above does not answer this question, reply only: {reply}"
+
+
 def question_text(question: str) -> str:
     """What follows the document inside the user's message."""
     return f"\n\nQuestion: {question.strip()}"

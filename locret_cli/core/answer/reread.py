@@ -146,11 +146,10 @@ def merged(first: list[tuple[int, int]], second: list[tuple[int, int]]) -> tuple
     return [(f, e) for f, e, _ in joined], [h for _, _, h in joined]
 
 
-def read_and_answer(reader: Engine, tokenizer, input_ids: torch.Tensor, spans: list[tuple[int, int]],
-                    question_ids: list[int], answering: AnswerSettings, on_token=None,
-                    numbers: DocumentNumbers | None = None) -> tuple[Generation, Engine, float]:
-    """Read the prompt's head and the windows `spans` whole, with a full cache (`Engine.over_text`), and answer;
-    (the generation, its engine, how long reading the windows took)."""
+def read_windows(reader: Engine, tokenizer, input_ids: torch.Tensor, spans: list[tuple[int, int]],
+                 answering: AnswerSettings) -> tuple[Engine, float]:
+    """An engine that has read the prompt's head and the windows `spans` whole, with a full cache
+    (`Engine.over_text`), ready for a question; (the engine, how long reading the windows took)."""
     separator = encode_text(tokenizer, SEPARATOR)
     ids = input_ids[:reader.pinned].tolist()
     for first, end in spans:
@@ -159,7 +158,14 @@ def read_and_answer(reader: Engine, tokenizer, input_ids: torch.Tensor, spans: l
     engine = reader.over_text(len(ids), answering)
     size, started = engine.settings.chunk_size, engine.clock()
     engine.read(TokenChunk(ids[i:i + size], None, None, 0) for i in range(0, len(ids), size))
-    read_s = engine.clock() - started
+    return engine, engine.clock() - started
+
+
+def read_and_answer(reader: Engine, tokenizer, input_ids: torch.Tensor, spans: list[tuple[int, int]],
+                    question_ids: list[int], answering: AnswerSettings, on_token=None,
+                    numbers: DocumentNumbers | None = None) -> tuple[Generation, Engine, float]:
+    """`read_windows`, then answer; (the generation, its engine, how long reading the windows took)."""
+    engine, read_s = read_windows(reader, tokenizer, input_ids, spans, answering)
     return engine.answer(question_ids, on_token=on_token, numbers=numbers), engine, read_s
 
 

@@ -1,0 +1,119 @@
+"""Asks the model, after it answers from the located windows, whether those windows state its answer, and whether
+they answer the question at all: the model's own yes/no as a refusal signal beside `--unfound-in read`.
+
+    python -m research.answer_check_replay --model runs/qwen1.5b/qwen2.5-coder-1.5b-instruct \\
+        --sets natural-validation --documents 6 --out runs/q15-val-check.jsonl [--rows runs/val-say-1.5b.jsonl]
+
+For each question the windows of `--config` (a `benchmarks/reader_routes.py` configuration that locates in the
+text) are located and read once with a full cache, as the shipped route reads them; three forks of that engine then
+(1) answer the question as the route does (greedy, 32 tokens), (2) hear the question and that answer as earlier turns
+and the follow-up CHECK ("stated": yes against no, in logits) and (3) hear the question with ANSWERABLE appended
+("answerable"). A row per question goes to `--out` (a rerun skips the questions there). `--rows` names stored rows
+of the same questions: their answers are compared with these (they should be the same). `--report` prints, for
+thresholds on each score and on the larger of the two (the scores below which 10-50% of the rows fall), right /
+made up / not-stated refused when an answer is also refused below the threshold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from benchmarks.reader_routes import CONFIGS, natural_questions
+from locret_cli.api import load_session
+from locret_cli.api.answer_checks import unfound
+from locret_cli.bench.tasks import NATURAL
+from locret_cli.checks.grounding import REFUSAL, DocumentText, ground
+from locret_cli.core.answer.reread import locate, read_windows
+from locret_cli.inputs.prompt import conversation_ids
+
+CHECK = "Is that answer stated in the text above? Reply only yes or no."
+ANSWERABLE = "Does the text above answer this question? Reply only yes or no."
+SHARES = (0.1, 0.2, 0.3, 0.4, 0.5)  # thresholds: the scores below which these shares of the rows fall
+
+
+def yes_no(tokenizer, logits: torch.Tensor) -> float:
+    """log P(yes) - log P(no) over the words' spellings that are one token each."""
+    def ids(words):
+        found = [tokenizer.encode(w, add_special_tokens=False) for w in words]
+        return [i[0] for i in found if len(i) == 1]
+    return float(logits[ids(("yes", "Yes", " yes", " Yes"))].logsumexp(0) - logits[ids(("no", "No", " no", " No"))]
+                 .logsumexp(0))
+
+
+def replay(args) -> None:
+    done = {(r["set"], r["document"], r["question"]) for r in map(json.loads, args.out.open())} \
+        if args.out.exists() else set()
+    stored = {(r["set"], r["document"], r["question"]): r["answer"] for r in map(json.loads, args.rows.open())
+              if r["config"] == args.config} if args.rows else {}
+    session = load_session(args.model, device="cpu", dtype="bf16")
+    answering = replace(session.plan(answer={"max_new_tokens": 32}).answer, **CONFIGS[args.config][0])
+    for name in args.sets.split(","):
+        for index, (document, questions, _) in enumerate(natural_questions(NATURAL[name], args.documents)):
+            reading = session.read(document, defer=True)
+            tokenizer = reading.tokenizer
+            text, ids = reading.document_text(), reading.input_ids
+            numbers = reading.document_numbers() if answering.numbers_from_document else None
+            for question in questions:
+                key, asked = (name, index, question.question), question.question
+                if key in done:
+                    continue
+                spans, _, _ = locate(reading.engine, tokenizer, ids, reading.engine.pinned, asked, [], answering)
+                engine, _ = read_windows(reading.engine, tokenizer, ids, spans, answering)
+                generation = engine.fork().answer(conversation_ids(tokenizer, [], asked), numbers=numbers)
+                answer = tokenizer.decode(generation.token_ids, skip_special_tokens=True).strip()
+                windows = [tokenizer.decode(ids[a:b].tolist(), skip_special_tokens=True) for a, b in spans]
+                read = DocumentText(windows + [asked], [""] * (len(windows) + 1))
+                refused = REFUSAL if unfound(ground(asked, answer, read)) else answer
+                stated = engine.fork().forward(conversation_ids(tokenizer, [(asked, answer)], CHECK), score=False)
+                answerable = engine.fork().forward(conversation_ids(tokenizer, [], f"{asked}\n\n{ANSWERABLE}"),
+                                                   score=False)
+                row = {"set": name, "document": index, "kind": question.kind, "question": asked, "answer": answer,
+                       "verdict": question.verdict(answer, text), "wrefuse_verdict": question.verdict(refused, text),
+                       "wrefused": refused == REFUSAL, "stated": yes_no(tokenizer, stated),
+                       "answerable": yes_no(tokenizer, answerable), "not_stated_verdict": question.verdict(REFUSAL,
+                                                                                                          text)}
+                if key in stored:
+                    row["same_as_stored"] = stored[key] == answer
+                with args.out.open("a") as out:
+                    out.write(json.dumps(row) + "\n")
+
+
+def report(path: Path) -> None:
+    rows = [json.loads(line) for line in path.open() if line.strip()]
+    same = [r["same_as_stored"] for r in rows if "same_as_stored" in r]
+    print(f"{len(rows)} questions; answers the same as the stored rows': {sum(same)}/{len(same)}")
+    print("| refused where | right | made up | bound wrong | not-stated refused |")
+    print("|---|---:|---:|---:|---:|")
+    rules = [("windows lack its words (shipped)", lambda r: r["wrefused"])]
+    for score, of in (("stated", lambda r: r["stated"]), ("answerable", lambda r: r["answerable"]),
+                      ("both", lambda r: max(r["stated"], r["answerable"]))):
+        values = sorted(of(r) for r in rows)
+        for t in sorted({round(values[int(share * len(values))], 2) for share in SHARES}):
+            rules.append((f"shipped, or {score} < {t:g}", lambda r, of=of, t=t: r["wrefused"] or of(r) < t))
+    for label, refuses in rules:
+        verdicts = [r["not_stated_verdict"] if refuses(r) else r["verdict"] for r in rows]
+        unstated = [v for r, v in zip(rows, verdicts) if r["kind"] == "not-stated"]
+        print(f"| {label} | {verdicts.count('right')}/{len(rows)} | {verdicts.count('made_up')} | "
+              f"{verdicts.count('bound_wrong')} | {unstated.count('right')}/{len(unstated)} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model")
+    parser.add_argument("--sets", default="natural-validation")
+    parser.add_argument("--documents", type=int, default=6)
+    parser.add_argument("--config", default="bm25-3x1024")
+    parser.add_argument("--rows", type=Path)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--report", action="store_true")
+    args = parser.parse_args()
+    report(args.out) if args.report else replay(args)
+
+
+if __name__ == "__main__":
+    main()
