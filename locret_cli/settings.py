@@ -155,6 +155,10 @@ class AnswerSettings:
                                           "again, or the question; an answer from the bounded cache is looked for in "
                                           "the document).",
                               choices=UNFOUND_SCOPES)
+    answerable_below: float = setting(0.0, "With --reread: before answering, ask the model whether the windows it "
+                                           "read answer the question (yes or no), and reply \"The document does not "
+                                           "say.\" (exit status 4) where its share of yes is below this; 0: off.",
+                                      minimum=0, at_most=1)
 
     def checked(self) -> "AnswerSettings":
         """These settings, or SettingError for a value out of bounds."""

@@ -7,11 +7,13 @@ they answer the question at all: the model's own yes/no as a refusal signal besi
 For each question the windows of `--config` (a `benchmarks/reader_routes.py` configuration that locates in the
 text) are located and read once with a full cache, as the shipped route reads them; three forks of that engine then
 (1) answer the question as the route does (greedy, 32 tokens), (2) hear the question and that answer as earlier turns
-and the follow-up CHECK ("stated": yes against no, in logits) and (3) hear the question with ANSWERABLE appended
-("answerable"). A row per question goes to `--out` (a rerun skips the questions there). `--rows` names stored rows
-of the same questions: their answers are compared with these (they should be the same). `--report` prints, for
-thresholds on each score and on the larger of the two (the scores below which 10-50% of the rows fall), right /
-made up / not-stated refused when an answer is also refused below the threshold.
+and the follow-up CHECK ("stated") and (3) hear the question with `answerable.ANSWERABLE` appended ("answerable"), as
+the answer setting `answerable_below` asks it. Each score is the model's share of yes against no
+(`answerable.yes_share`; a share s is the log-odds margin log(s / (1 - s))). A row per question goes to `--out` (a
+rerun skips the questions there). `--rows` names stored rows of the same questions: their answers are compared with
+these (they should be the same). `--report` prints, for thresholds on each score and on the larger of the two (the
+scores below which 10-50% of the rows fall, and those `--at` names), right / made up / not-stated refused when an
+answer is also refused below the threshold.
 """
 
 from __future__ import annotations
@@ -21,28 +23,17 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-import torch
-
 from benchmarks.reader_routes import CONFIGS, natural_questions
 from locret_cli.api import load_session
 from locret_cli.api.answer_checks import unfound
 from locret_cli.bench.tasks import NATURAL
 from locret_cli.checks.grounding import REFUSAL, DocumentText, ground
+from locret_cli.core.answer.answerable import answerable_share, with_answerable_check, yes_share
 from locret_cli.core.answer.reread import locate, read_windows
 from locret_cli.inputs.prompt import conversation_ids
 
 CHECK = "Is that answer stated in the text above? Reply only yes or no."
-ANSWERABLE = "Does the text above answer this question? Reply only yes or no."
 SHARES = (0.1, 0.2, 0.3, 0.4, 0.5)  # thresholds: the scores below which these shares of the rows fall
-
-
-def yes_no(tokenizer, logits: torch.Tensor) -> float:
-    """log P(yes) - log P(no) over the words' spellings that are one token each."""
-    def ids(words):
-        found = [tokenizer.encode(w, add_special_tokens=False) for w in words]
-        return [i[0] for i in found if len(i) == 1]
-    return float(logits[ids(("yes", "Yes", " yes", " Yes"))].logsumexp(0) - logits[ids(("no", "No", " no", " No"))]
-                 .logsumexp(0))
 
 
 def replay(args) -> None:
@@ -70,12 +61,12 @@ def replay(args) -> None:
                 read = DocumentText(windows + [asked], [""] * (len(windows) + 1))
                 refused = REFUSAL if unfound(ground(asked, answer, read)) else answer
                 stated = engine.fork().forward(conversation_ids(tokenizer, [(asked, answer)], CHECK), score=False)
-                answerable = engine.fork().forward(conversation_ids(tokenizer, [], f"{asked}\n\n{ANSWERABLE}"),
-                                                   score=False)
+                answerable = answerable_share(engine, tokenizer,
+                                              conversation_ids(tokenizer, [], with_answerable_check(asked)))
                 row = {"set": name, "document": index, "kind": question.kind, "question": asked, "answer": answer,
                        "verdict": question.verdict(answer, text), "wrefuse_verdict": question.verdict(refused, text),
-                       "wrefused": refused == REFUSAL, "stated": yes_no(tokenizer, stated),
-                       "answerable": yes_no(tokenizer, answerable), "not_stated_verdict": question.verdict(REFUSAL,
+                       "wrefused": refused == REFUSAL, "stated": yes_share(tokenizer, stated),
+                       "answerable": answerable, "not_stated_verdict": question.verdict(REFUSAL,
                                                                                                           text)}
                 if key in stored:
                     row["same_as_stored"] = stored[key] == answer
@@ -83,23 +74,27 @@ def replay(args) -> None:
                     out.write(json.dumps(row) + "\n")
 
 
-def report(path: Path) -> None:
+def report(path: Path, fixed: tuple[float, ...] = ()) -> None:
     rows = [json.loads(line) for line in path.open() if line.strip()]
     same = [r["same_as_stored"] for r in rows if "same_as_stored" in r]
     print(f"{len(rows)} questions; answers the same as the stored rows': {sum(same)}/{len(same)}")
-    print("| refused where | right | made up | bound wrong | not-stated refused |")
-    print("|---|---:|---:|---:|---:|")
+    kinds = list(dict.fromkeys(r["kind"] for r in rows))
+    print(f"| refused where | right | made up | bound wrong | not-stated refused | {' / '.join(kinds)} |")
+    print("|---|---:|---:|---:|---:|---|")
     rules = [("windows lack its words (shipped)", lambda r: r["wrefused"])]
     for score, of in (("stated", lambda r: r["stated"]), ("answerable", lambda r: r["answerable"]),
                       ("both", lambda r: max(r["stated"], r["answerable"]))):
         values = sorted(of(r) for r in rows)
-        for t in sorted({round(values[int(share * len(values))], 2) for share in SHARES}):
+        chosen = fixed if score == "answerable" else ()
+        for t in sorted({round(values[int(share * len(values))], 3) for share in SHARES} | set(chosen)):
             rules.append((f"shipped, or {score} < {t:g}", lambda r, of=of, t=t: r["wrefused"] or of(r) < t))
     for label, refuses in rules:
         verdicts = [r["not_stated_verdict"] if refuses(r) else r["verdict"] for r in rows]
         unstated = [v for r, v in zip(rows, verdicts) if r["kind"] == "not-stated"]
+        by_kind = [f"{sum(v == 'right' for r, v in zip(rows, verdicts) if r['kind'] == kind)}/"
+                   f"{sum(r['kind'] == kind for r in rows)}" for kind in kinds]
         print(f"| {label} | {verdicts.count('right')}/{len(rows)} | {verdicts.count('made_up')} | "
-              f"{verdicts.count('bound_wrong')} | {unstated.count('right')}/{len(unstated)} |")
+              f"{verdicts.count('bound_wrong')} | {unstated.count('right')}/{len(unstated)} | {', '.join(by_kind)} |")
 
 
 def main() -> None:
@@ -111,8 +106,11 @@ def main() -> None:
     parser.add_argument("--rows", type=Path)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--report", action="store_true")
+    parser.add_argument("--at", default="", help="comma-separated thresholds of answerable to report beside the "
+                                                "rows' own percentiles (a threshold chosen on another half)")
     args = parser.parse_args()
-    report(args.out) if args.report else replay(args)
+    fixed = tuple(float(t) for t in args.at.split(",") if t)
+    report(args.out, fixed) if args.report else replay(args)
 
 
 if __name__ == "__main__":

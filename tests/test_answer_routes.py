@@ -69,7 +69,7 @@ def drafted(reading, answer: str, strict: bool = True):
     ids = reading.tokenizer.encode(answer, add_special_tokens=False)
     answering = AnswerSettings(max_new_tokens=48, strict=strict)
     return SimpleNamespace(generation=SimpleNamespace(token_ids=ids), engine=SimpleNamespace(answering=answering),
-                           sources=None)
+                           sources=None, answerable=None)
 
 
 @pytest.mark.parametrize("said, shown, restated_from, withheld", [

@@ -112,7 +112,7 @@ def test_a_pdf_answer_is_found_on_its_page_and_that_page_is_cited_first(embedded
     result = embedded.ask(str(text_pdf(tmp_path / "doc.pdf", pages)), GATE)
     assert result.answer == "The gate code of the north depot is 4821."
     assert result.to_json()["grounding"] == {"status": "found", "withheld": None, "restated_from": None,
-                                             "question_words_not_in_document": [],
+                                             "answerable": None, "question_words_not_in_document": [],
                                              "spans": [{"text": "4821", "status": "found", "places": ["p. 2"]}]}
     assert result.sources[0].label() == "p. 2" and result.sources[0].holds_answer
     assert not any(s.holds_answer for s in result.sources[1:])

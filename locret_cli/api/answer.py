@@ -46,18 +46,21 @@ class ContextOrigin:
 @dataclass(frozen=True)
 class AnswerGrounding:
     """The answer checked against the document's text (`api/answer_checks.py`): the verdict (None when the
-    document's tokens were not at hand), the model's answer if strict mode withheld it, and the model's own words
-    if the answer was restated in the question's."""
+    document's tokens were not at hand), the model's answer if strict mode withheld it, the model's own words
+    if the answer was restated in the question's, and its share of yes when asked whether the windows it read answer
+    the question (`answerable_below`; None: not asked)."""
 
     verdict: Grounding | None
     withheld: str | None  # the model's answer, when `strict` replaced it with REFUSAL
     restated_from: str | None
+    answerable: float | None = None
 
     def to_json(self) -> dict | None:
         """The verdict and what strict mode and restating did with it; None when there was no verdict."""
         if self.verdict is None:
             return None
-        return {**self.verdict.to_json(), "withheld": self.withheld, "restated_from": self.restated_from}
+        return {**self.verdict.to_json(), "withheld": self.withheld, "restated_from": self.restated_from,
+                "answerable": self.answerable}
 
 
 @dataclass(frozen=True)

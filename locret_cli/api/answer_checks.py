@@ -7,7 +7,8 @@
 - Strict mode: an untrusted answer is replaced with "The document does not say.", and the model's words are kept
   as `withheld`; `refuse_unfound` does so only for an answer some specific word of which occurs nowhere in the
   document (grounding `not_found`: made up), or, with `unfound_in` "read", nowhere in the windows it read again
-  and the question.
+  and the question; `answerable_below` where the model, asked whether the windows answer the question, said yes
+  by a share under it.
 - Sources: none for an answer that says the document is silent; else the pages that hold the answer's content first.
 """
 
@@ -51,7 +52,8 @@ def check_answer(document: ReadDocument, question: str, drafted: DraftAnswer, so
     made_up = answering.refuse_unfound and unfound(grounding)
     if answering.refuse_unfound and answering.unfound_in == "read" and drafted.route == "windows" and text is not None:
         made_up = unfound(ground(question, answer, read_text(document, drafted.windows, question), cut))
-    if (answering.strict and untrusted(forms, question, answer, grounding)) or made_up:
+    unanswerable = drafted.answerable is not None and drafted.answerable < answering.answerable_below
+    if (answering.strict and untrusted(forms, question, answer, grounding)) or made_up or unanswerable:
         answer, withheld = REFUSAL, answer
     cited = drafted.sources
     if answer == REFUSAL or (forms and forms.says_not_stated(answer)):

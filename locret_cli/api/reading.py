@@ -29,6 +29,7 @@ from locret_cli.api.pending_read import PendingRead, sized
 from locret_cli.api.question_room import check_positions, check_prefill_fits
 from locret_cli.api.routes import DraftAnswer, ReadDocument, Turn, route_for
 from locret_cli.checks.grounding import REFUSAL, DocumentText
+from locret_cli.core.answer.answerable import with_answerable_check
 from locret_cli.core.answer.citations import kept_per_unit
 from locret_cli.core.engine import Engine, Progress
 from locret_cli.core.measure import cache_by_kind, full_cache_bytes, peak_memory
@@ -126,8 +127,10 @@ class Reading:
         chosen = answering or self.answering
         numbers = self.document_numbers() if chosen.numbers_from_document else None
         asked = with_unstated_reply(question, REFUSAL) if chosen.say_unstated else question
+        check_ids = conversation_ids(self.tokenizer, history, with_answerable_check(question)) \
+            if chosen.answerable_below > 0 and chosen.reread > 0 else None
         turn = Turn(question, conversation_ids(self.tokenizer, history, asked), chosen, sources, on_token, on_read,
-                    numbers)
+                    numbers, check_ids)
         self.check_room(question, len(turn.question_ids), chosen)
         document = self.view()
         drafted = route_for(chosen).answer(document, turn)
@@ -168,7 +171,7 @@ class Reading:
             read_for=self.read_for,
             route=drafted.route,
             reader=None if engine.reader is None else engine.reader.source,
-            grounding=AnswerGrounding(checked.grounding, checked.withheld, checked.restated_from),
+            grounding=AnswerGrounding(checked.grounding, checked.withheld, checked.restated_from, drafted.answerable),
             kv_cache=CacheUse(
                 holds_document=self.pending is None,
                 kept_tokens=self.kept_tokens,

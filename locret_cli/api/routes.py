@@ -52,8 +52,8 @@ class ReadDocument:
 @dataclass
 class Turn:
     """One question to answer: its text, its ids in the chat layout (after any earlier turns), the settings, how many
-    sources to name, who hears the answer's tokens and a pending read's progress, and the document's numbers (for
-    `numbers_from_document`; None: any number)."""
+    sources to name, who hears the answer's tokens and a pending read's progress, the document's numbers (for
+    `numbers_from_document`; None: any number), and the question as `answerable_below` asks it (None: not asked)."""
 
     question: str
     question_ids: list[int]
@@ -62,13 +62,15 @@ class Turn:
     on_token: Callable[[int], None] | None = None
     on_read: Callable[[Progress], None] | None = None
     numbers: DocumentNumbers | None = None
+    check_ids: list[int] | None = None
 
 
 @dataclass
 class DraftAnswer:
     """What a route produced, before the answer is checked: the generation, the engine that answered (a fork of the
     reading's, or one over re-read windows), the sources it cited (None: not computed), the windows read again
-    (None: none), the tokens it read itself, and the route that answered."""
+    (None: none), the tokens it read itself, the route that answered, and the model's share of yes when asked
+    whether the windows answer the question (None: not asked)."""
 
     generation: Generation
     engine: Engine
@@ -76,6 +78,7 @@ class DraftAnswer:
     windows: list[Window] | None
     tokens_read: int
     route: str
+    answerable: float | None = None
 
 
 class Route:
@@ -119,12 +122,12 @@ class LocatedWindows(Route):
         checks = required > 0
         second = answer_from_windows(document.engine, document.tokenizer, document.input_ids, document.source_map,
                                      turn.question, turn.question_ids, turn.answering, turn.sources,
-                                     None if checks else turn.on_token, turn.numbers)
+                                     None if checks else turn.on_token, turn.numbers, turn.check_ids)
         if second is None:
             return BoundedCache().answer(document, turn)
         second.generation.time_to_first_token_s += second.extra_s
         drafted = DraftAnswer(second.generation, second.engine, second.sources, second.windows,
-                          second.engine.document_tokens, self.name)
+                              second.engine.document_tokens, self.name, second.answerable)
         grounded = how_document_holds(document, turn.question, drafted) if checks else 0
         if grounded < required:
             cached = BoundedCache().answer(document, replace(turn, on_token=None))

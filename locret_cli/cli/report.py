@@ -87,7 +87,11 @@ def grounding_warning(result: AskResult, prefix: str = "") -> Text | None:
     if verdict is None or (verdict.grounded and withheld is None):
         return None
     missing = ", ".join(repr(text) for text in verdict.missing()) or "its content"
-    if withheld is not None:
+    share = checked.answerable
+    if withheld is not None and share is not None and share < result.answering.answerable_below:
+        line = f"withheld: the model answered {withheld!r}, but said the text it read does not answer the question " \
+               f"(yes {share:.2f}, under --answerable-below {result.answering.answerable_below:g})"
+    elif withheld is not None:
         line = f"withheld: the model answered {withheld!r}; the document does not hold {missing}"
     else:
         line = f"not in the document as written: {missing} (grounding: {verdict.status}; --strict withholds such " \

@@ -30,4 +30,4 @@ def test_the_qwen_recipe_records_the_settings_that_ship_with_each_models_heads(s
     from recipes.qwen2_5_coder import build_heads as qwen_heads
 
     shipped = json.loads((HEADS_ROOT / f"qwen2.5-coder-{size}-instruct" / DEFAULTS_FILE).read_text())
-    assert qwen_heads.DEFAULTS == shipped
+    assert qwen_heads.DEFAULTS[size] == shipped

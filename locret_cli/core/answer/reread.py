@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from locret_cli.core.answer.answerable import answerable_share
 from locret_cli.core.answer.citations import AttentionTally
 from locret_cli.core.answer.locate import attention_per_token, best_windows, question_words_per_token
 from locret_cli.core.answer.passage_rank import best_passages, passage_scores, passage_signal
@@ -56,7 +57,8 @@ class WindowAnswer:
     windows: list[Window]
     sources: list[Source] | None
     engine: Engine
-    extra_s: float  # before the second pass's question: locating (a probe answer, if any) and reading the windows
+    extra_s: float  # before the second pass's question: locating (a probe answer), reading the windows, the check
+    answerable: float | None = None  # the model's share of yes, asked whether the windows answer (None: not asked)
 
 
 def locate(reader: Engine, tokenizer, input_ids: torch.Tensor, pinned: int, question: str, question_ids: list[int],
@@ -90,10 +92,12 @@ def locate(reader: Engine, tokenizer, input_ids: torch.Tensor, pinned: int, ques
 
 def answer_from_windows(reader: Engine, tokenizer, input_ids: torch.Tensor, source_map: SourceMap, question: str,
                         question_ids: list[int], answering: AnswerSettings, sources: int, on_token=None,
-                        numbers: DocumentNumbers | None = None) -> WindowAnswer | None:
+                        numbers: DocumentNumbers | None = None,
+                        check_ids: list[int] | None = None) -> WindowAnswer | None:
     """Answer `question_ids` from the windows `locate` names, read whole after the prompt's head (with `hops` 2,
     then from those and the windows the first answer's words locate); None when nothing names a window (then the
-    bounded cache answers). `numbers` are the document's, for `numbers_from_document`."""
+    bounded cache answers). `numbers` are the document's, for `numbers_from_document`; `check_ids`, if given, the
+    question with `answerable.ANSWERABLE`, asked of the windows read before the answer."""
     pinned = reader.pinned
     spans, signal, locate_s = locate(reader, tokenizer, input_ids, pinned, question, question_ids, answering,
                                      numbers)
@@ -101,15 +105,16 @@ def answer_from_windows(reader: Engine, tokenizer, input_ids: torch.Tensor, sour
         return None
     hops = [1] * len(spans)
     two = answering.hops > 1
-    generation, engine, read_s = read_and_answer(reader, tokenizer, input_ids, spans, question_ids, answering,
-                                                 None if two else on_token, numbers)
+    generation, engine, read_s, share = read_and_answer(reader, tokenizer, input_ids, spans, question_ids,
+                                                        answering, None if two else on_token, numbers,
+                                                        None if two else check_ids)
     extra_s = locate_s + read_s
     if two:
         found = second_hop(tokenizer, input_ids, pinned, spans, generation.token_ids, answering)
         extra_s += generation.time_to_first_token_s + generation.decode_s
         spans, hops = merged(spans, found)
-        generation, engine, read_s = read_and_answer(reader, tokenizer, input_ids, spans, question_ids, answering,
-                                                     on_token, numbers)
+        generation, engine, read_s, share = read_and_answer(reader, tokenizer, input_ids, spans, question_ids,
+                                                            answering, on_token, numbers, check_ids)
         extra_s += read_s
     windows = [Window(first, end, window_label(source_map, first, end), hop) for (first, end), hop in
                zip(spans, hops)]
@@ -119,7 +124,7 @@ def answer_from_windows(reader: Engine, tokenizer, input_ids: torch.Tensor, sour
         for first, end in spans:
             inside[first:end] = True
         cited = top_sources(source_map, units_best(source_map, signal * inside), sources)
-    return WindowAnswer(generation, windows, cited, engine, extra_s)
+    return WindowAnswer(generation, windows, cited, engine, extra_s, share)
 
 
 def second_hop(tokenizer, input_ids: torch.Tensor, pinned: int, spans: list[tuple[int, int]], answer_ids: list[int],
@@ -163,10 +168,16 @@ def read_windows(reader: Engine, tokenizer, input_ids: torch.Tensor, spans: list
 
 def read_and_answer(reader: Engine, tokenizer, input_ids: torch.Tensor, spans: list[tuple[int, int]],
                     question_ids: list[int], answering: AnswerSettings, on_token=None,
-                    numbers: DocumentNumbers | None = None) -> tuple[Generation, Engine, float]:
-    """`read_windows`, then answer; (the generation, its engine, how long reading the windows took)."""
+                    numbers: DocumentNumbers | None = None,
+                    check_ids: list[int] | None = None) -> tuple[Generation, Engine, float, float | None]:
+    """`read_windows`, then answer; (the generation, its engine, how long reading the windows and the check took, and
+    the model's share of yes to `check_ids` asked on a fork before the answer, None when not given)."""
     engine, read_s = read_windows(reader, tokenizer, input_ids, spans, answering)
-    return engine.answer(question_ids, on_token=on_token, numbers=numbers), engine, read_s
+    share, started = None, engine.clock()
+    if check_ids:
+        share = answerable_share(engine, tokenizer, check_ids)
+        read_s += engine.clock() - started
+    return engine.answer(question_ids, on_token=on_token, numbers=numbers), engine, read_s, share
 
 
 def window_label(source_map: SourceMap, first: int, end: int) -> str:
