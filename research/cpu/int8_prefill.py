@@ -2,6 +2,7 @@
 
     python -m research.cpu.int8_prefill                   # one SmolLM2-135M layer's linears, a 1,024-token chunk
     python -m research.cpu.int8_prefill --rows 512        # another chunk size
+    python -m research.cpu.int8_prefill --shape qwen2.5-1.5b  # a Qwen2.5-1.5B layer's: qkv, o, gate+up, down
 
 Each linear of the chunk runs three ways, on the same random input and weights:
 - bf16 `F.linear`, as the engine runs a chunk;
@@ -21,7 +22,9 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 
-from benchmarks.kernel_microbench import SMOLLM2_LINEARS, seconds
+from benchmarks.kernel_microbench import QWEN15_LINEARS, SMOLLM2_LINEARS, seconds
+
+SHAPES = {"smollm2-135m": SMOLLM2_LINEARS, "qwen2.5-1.5b": QWEN15_LINEARS}  # (out, in) of one layer's linears
 
 
 def rounded(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -45,14 +48,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=1024)
     parser.add_argument("--repeats", type=int, default=50)
+    parser.add_argument("--shape", choices=list(SHAPES), default="smollm2-135m")
     args = parser.parse_args()
     torch.manual_seed(0)
     round_compiled, scale_compiled = torch.compile(rounded, dynamic=False), torch.compile(scaled, dynamic=False)
     total = {"bf16": 0.0, "int8": 0.0, "compiled": 0.0, "product": 0.0}
-    print(f"{torch.get_num_threads()} threads, {args.rows} rows")
+    print(f"{args.shape}, {torch.get_num_threads()} threads, {args.rows} rows")
     print("| out × in | bf16 µs | dynamic int8 µs | the same, compiled µs | product alone µs | relative error |")
     print("|---|---:|---:|---:|---:|---:|")
-    for out_features, in_features in SMOLLM2_LINEARS:
+    for out_features, in_features in SHAPES[args.shape]:
         x = torch.randn(args.rows, in_features).to(torch.bfloat16)
         weight = (torch.randn(out_features, in_features) / in_features**0.5).to(torch.bfloat16)
         w8, w_scale = rounded(weight)
