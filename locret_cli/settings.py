@@ -160,6 +160,11 @@ class AnswerSettings:
                                            "say.\" (exit status 4) where its share of yes is below this; 0: off.",
                                       minimum=0, at_most=1)
 
+    @property
+    def may_withhold(self) -> bool:
+        """Whether an answer may be replaced by the refusal after it is decoded (so it is shown only once checked)."""
+        return self.strict or self.refuse_unfound or self.answerable_below > 0
+
     def checked(self) -> "AnswerSettings":
         """These settings, or SettingError for a value out of bounds."""
         check_bounds(self)

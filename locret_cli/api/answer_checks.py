@@ -21,6 +21,7 @@ from locret_cli.checks.grounding import REFUSAL, DocumentText, Grounding, ground
 from locret_cli.core.answer.reread import Window
 from locret_cli.inputs.sources import Source, answer_first
 from locret_cli.models.loading import QuestionForms
+from locret_cli.settings import AnswerSettings
 
 
 @dataclass
@@ -52,8 +53,8 @@ def check_answer(document: ReadDocument, question: str, drafted: DraftAnswer, so
     made_up = answering.refuse_unfound and unfound(grounding)
     if answering.refuse_unfound and answering.unfound_in == "read" and drafted.route == "windows" and text is not None:
         made_up = unfound(ground(question, answer, read_text(document, drafted.windows, question), cut))
-    unanswerable = drafted.answerable is not None and drafted.answerable < answering.answerable_below
-    if (answering.strict and untrusted(forms, question, answer, grounding)) or made_up or unanswerable:
+    if (answering.strict and untrusted(forms, question, answer, grounding)) or made_up or \
+            said_unanswered(drafted.answerable, answering):
         answer, withheld = REFUSAL, answer
     cited = drafted.sources
     if answer == REFUSAL or (forms and forms.says_not_stated(answer)):
@@ -70,6 +71,12 @@ def read_text(document: ReadDocument, windows: list[Window], question: str) -> D
     ids = document.input_ids.tolist()
     texts = [document.tokenizer.decode(ids[w.first:w.end], skip_special_tokens=True) for w in windows]
     return DocumentText([*texts, question], [*(w.label for w in windows), "the question"])
+
+
+def said_unanswered(answerable: float | None, answering: AnswerSettings) -> bool:
+    """Whether `answerable_below` withholds an answer: the model, asked whether the windows it read answer the
+    question, said yes by a share (`answerable`, None when not asked) under the setting."""
+    return answerable is not None and answerable < answering.answerable_below
 
 
 def unfound(grounding: Grounding | None) -> bool:

@@ -99,7 +99,7 @@ def answer_turn(conversation, question: str, out: Console, err: Console) -> None
 
     tokenizer, tokens, shown = conversation.reading.tokenizer, [], ""
     answering = conversation.answering or conversation.reading.answering
-    strict = answering.strict or answering.refuse_unfound or answering.answerable_below > 0  # checked, then shown
+    strict = answering.may_withhold  # the answer is checked before it is shown
 
     def stream(token: int) -> None:
         nonlocal shown

@@ -79,6 +79,8 @@ def cost_table(result: AskResult) -> Table:
 def grounding_warning(result: AskResult, prefix: str = "") -> Text | None:
     """The warning for stderr when the answer's content is not in the document as written, or was withheld (its
     text never read as markup); else None. `prefix` (the question, when there are several) starts the line."""
+    from locret_cli.api.answer_checks import said_unanswered
+
     checked = result.grounding
     verdict, withheld, restated_from = checked.verdict, checked.withheld, checked.restated_from
     if verdict is not None and verdict.grounded and restated_from is not None and withheld is None:
@@ -87,10 +89,9 @@ def grounding_warning(result: AskResult, prefix: str = "") -> Text | None:
     if verdict is None or (verdict.grounded and withheld is None):
         return None
     missing = ", ".join(repr(text) for text in verdict.missing()) or "its content"
-    share = checked.answerable
-    if withheld is not None and share is not None and share < result.answering.answerable_below:
+    if withheld is not None and said_unanswered(checked.answerable, result.answering):
         line = f"withheld: the model answered {withheld!r}, but said the text it read does not answer the question " \
-               f"(yes {share:.2f}, under --answerable-below {result.answering.answerable_below:g})"
+               f"(yes {checked.answerable:.2f}, under --answerable-below {result.answering.answerable_below:g})"
     elif withheld is not None:
         line = f"withheld: the model answered {withheld!r}; the document does not hold {missing}"
     else:

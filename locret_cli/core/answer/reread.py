@@ -173,8 +173,9 @@ def read_and_answer(reader: Engine, tokenizer, input_ids: torch.Tensor, spans: l
     """`read_windows`, then answer; (the generation, its engine, how long reading the windows and the check took, and
     the model's share of yes to `check_ids` asked on a fork before the answer, None when not given)."""
     engine, read_s = read_windows(reader, tokenizer, input_ids, spans, answering)
-    share, started = None, engine.clock()
+    share = None
     if check_ids:
+        started = engine.clock()
         share = answerable_share(engine, tokenizer, check_ids)
         read_s += engine.clock() - started
     return engine.answer(question_ids, on_token=on_token, numbers=numbers), engine, read_s, share
