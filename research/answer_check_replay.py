@@ -46,32 +46,37 @@ def replay(args) -> None:
     for name in args.sets.split(","):
         for index, (document, questions, _) in enumerate(natural_questions(NATURAL[name], args.documents)):
             reading = session.read(document, defer=True)
-            tokenizer = reading.tokenizer
-            text, ids = reading.document_text(), reading.input_ids
+            tokenizer, ids = reading.tokenizer, reading.input_ids
             numbers = reading.document_numbers() if answering.numbers_from_document else None
             for question in questions:
                 key, asked = (name, index, question.question), question.question
                 if key in done:
                     continue
                 spans, _, _ = locate(reading.engine, tokenizer, ids, reading.engine.pinned, asked, [], answering)
-                engine, _ = read_windows(reading.engine, tokenizer, ids, spans, answering)
-                generation = engine.fork().answer(conversation_ids(tokenizer, [], asked), numbers=numbers)
-                answer = tokenizer.decode(generation.token_ids, skip_special_tokens=True).strip()
-                windows = [tokenizer.decode(ids[a:b].tolist(), skip_special_tokens=True) for a, b in spans]
-                read = DocumentText(windows + [asked], [""] * (len(windows) + 1))
-                refused = REFUSAL if unfound(ground(asked, answer, read)) else answer
-                stated = engine.fork().forward(conversation_ids(tokenizer, [(asked, answer)], CHECK), score=False)
-                answerable = answerable_share(engine, tokenizer,
-                                              conversation_ids(tokenizer, [], with_answerable_check(asked)))
-                row = {"set": name, "document": index, "kind": question.kind, "question": asked, "answer": answer,
-                       "verdict": question.verdict(answer, text), "wrefuse_verdict": question.verdict(refused, text),
-                       "wrefused": refused == REFUSAL, "stated": yes_share(tokenizer, stated),
-                       "answerable": answerable, "not_stated_verdict": question.verdict(REFUSAL,
-                                                                                                          text)}
+                row = {"set": name, "document": index, "kind": question.kind, "question": asked,
+                       **windows_answer(reading, spans, question, answering, numbers)}
                 if key in stored:
-                    row["same_as_stored"] = stored[key] == answer
+                    row["same_as_stored"] = stored[key] == row["answer"]
                 with args.out.open("a") as out:
                     out.write(json.dumps(row) + "\n")
+
+
+def windows_answer(reading, spans: list[tuple[int, int]], question, answering, numbers) -> dict:
+    """The answer from `spans` of `reading`'s document read whole, its verdicts as said, with `--unfound-in read`
+    and refused, and the model's shares of yes to CHECK ("stated") and to `answerable.ANSWERABLE`."""
+    tokenizer, ids, asked, text = reading.tokenizer, reading.input_ids, question.question, reading.document_text()
+    engine, _ = read_windows(reading.engine, tokenizer, ids, spans, answering)
+    generation = engine.fork().answer(conversation_ids(tokenizer, [], asked), numbers=numbers)
+    answer = tokenizer.decode(generation.token_ids, skip_special_tokens=True).strip()
+    windows = [tokenizer.decode(ids[a:b].tolist(), skip_special_tokens=True) for a, b in spans]
+    read = DocumentText(windows + [asked], [""] * (len(windows) + 1))
+    refused = REFUSAL if unfound(ground(asked, answer, read)) else answer
+    stated = engine.fork().forward(conversation_ids(tokenizer, [(asked, answer)], CHECK), score=False)
+    answerable = answerable_share(engine, tokenizer, conversation_ids(tokenizer, [], with_answerable_check(asked)))
+    return {"answer": answer, "verdict": question.verdict(answer, text),
+            "wrefuse_verdict": question.verdict(refused, text), "wrefused": refused == REFUSAL,
+            "stated": yes_share(tokenizer, stated), "answerable": answerable,
+            "not_stated_verdict": question.verdict(REFUSAL, text)}
 
 
 def report(path: Path, fixed: tuple[float, ...] = ()) -> None:

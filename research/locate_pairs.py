@@ -1,6 +1,6 @@
 """Two ways of placing the re-read windows, answered side by side from one tokenization of each document: the
 shipped three BM25 windows (`--locate bm25`), and the same with the last window centred instead on the passage whose
-all-MiniLM-L6-v2 embedding is nearest the question's (`passage_rank.mixed_passages`). A question whose windows the
+all-MiniLM-L6-v2 embedding is nearest the question's (`mixed_passages`). A question whose windows the
 two share is answered once and counts for both.
 
     python -m research.locate_pairs --model runs/qwen1.5b/qwen2.5-coder-1.5b-instruct --sets natural-validation \\
@@ -23,11 +23,22 @@ from benchmarks.reader_routes import CONFIGS, natural_questions
 from locret_cli.api import load_session
 from locret_cli.bench.rankers import EmbeddingRanker, minilm_embed
 from locret_cli.bench.tasks import NATURAL
-from locret_cli.core.answer.passage_rank import mixed_passages, passage_scores
+from locret_cli.core.answer.locate import joined
+from locret_cli.core.answer.passage_rank import centred, passage_scores
 from locret_cli.core.answer.reread import locate
 from research.answer_check_replay import windows_answer
 
 RULES = ("bm25", "mixed")
+
+
+def mixed_passages(scores: list[float], similarity: list[float], spans: list[tuple[int, int]], count: int,
+                   size: int, start: int, tokens: int) -> list[tuple[int, int]]:
+    """`best_passages` for `count - 1` windows by BM25 `scores`, then the rest (one, or more where BM25 scores
+    fewer passages) centred on the passages most `similar` to the question (an embedding's cosine) whose centres
+    those do not hold."""
+    lexical = centred(scores, spans, count - 1, size, start, tokens, [], floor=0.0)
+    return joined(centred(similarity, spans, count - len(lexical), size, start, tokens, lexical,
+                          floor=float("-inf")))
 
 
 def replay(args) -> None:

@@ -10,7 +10,7 @@ the windows' decoded text holds its answer (or an accepted form) whole.
     bm25      the product's BM25 (`--locate bm25`)
     minilm    cosine similarity of MiniLM embeddings of the passage and the question
     rrf       reciprocal-rank fusion of the two (1/(60 + rank) summed)
-    bm25+1    the best `--windows - 1` BM25 passages, then MiniLM's best passage not yet held
+    mixed     `--windows - 1` windows by BM25, then one by MiniLM (`research/locate_pairs.py`'s `mixed_passages`)
 
     python -m research.locate_recall --model runs/qwen1.5b/qwen2.5-coder-1.5b-instruct --split validation
 """
@@ -27,9 +27,10 @@ from locret_cli.bench.rankers import EmbeddingRanker, minilm_embed
 from locret_cli.bench.scoring import contains_match
 from locret_cli.checks.grounding import words
 from locret_cli.core.answer.passage_rank import PASSAGE_TOKENS, best_passages, bm25_scores, passage_spans
+from research.locate_pairs import mixed_passages
 
 RRF_K = 60
-RULES = ("bm25", "minilm", "rrf", "bm25+1")
+RULES = ("bm25", "minilm", "rrf", "mixed")
 
 
 def ranks(scores: list[float]) -> list[int]:
@@ -41,16 +42,18 @@ def ranks(scores: list[float]) -> list[int]:
     return out
 
 
-def rule_scores(rule: str, bm25: list[float], dense: list[float], windows: int) -> list[float]:
-    """Scores whose best passages are the rule's choice (bm25+1: BM25's best windows-1 first, then MiniLM's)."""
-    if rule == "bm25":
-        return bm25
+def rule_windows(rule: str, bm25: list[float], dense: list[float], spans: list[tuple[int, int]], windows: int,
+                 size: int, tokens: int) -> list[tuple[int, int]]:
+    """The windows `rule` chooses."""
+    if rule == "mixed":
+        return mixed_passages(bm25, dense, spans, windows, size, 0, tokens)
     if rule == "minilm":
-        return [s + 2.0 for s in dense]  # cosine is in [-1, 1]; best_passages skips scores <= 0
-    if rule == "rrf":
-        return [1 / (RRF_K + a) + 1 / (RRF_K + b) for a, b in zip(ranks(bm25), ranks(dense))]
-    top = set(sorted(range(len(bm25)), key=lambda i: (-bm25[i], i))[:windows - 1])
-    return [100.0 + bm25[i] if i in top else 2.0 + dense[i] for i in range(len(bm25))]
+        scores = [s + 2.0 for s in dense]  # cosine is in [-1, 1]; best_passages skips scores <= 0
+    elif rule == "rrf":
+        scores = [1 / (RRF_K + a) + 1 / (RRF_K + b) for a, b in zip(ranks(bm25), ranks(dense))]
+    else:
+        scores = bm25
+    return best_passages(scores, spans, windows, size, 0, tokens)
 
 
 def main() -> None:
@@ -79,8 +82,7 @@ def main() -> None:
             bm25 = bm25_scores(passage_words, words(q.question))
             dense = ranker.scores(index, q.question)
             for rule in RULES:
-                chosen = best_passages(rule_scores(rule, bm25, dense, args.windows), spans, args.windows,
-                                       args.tokens, 0, len(ids))
+                chosen = rule_windows(rule, bm25, dense, spans, args.windows, args.tokens, len(ids))
                 text = " ".join(tokenizer.decode(ids[a:b]) for a, b in chosen)
                 for key in (rule, f"{rule} {q.kind}"):
                     total[key] += 1

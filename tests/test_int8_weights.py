@@ -14,7 +14,7 @@ from locret_cli.api import ModelSpec, load_session
 from locret_cli.core.identity import SAME_MODEL, similarity, weight_samples
 from locret_cli.errors import SettingError
 from locret_cli.models.loading import load_model
-from locret_cli.runtime.int8_linear import Int8Linear, quantize_linears, quantize_rows
+from locret_cli.runtime.int8_linear import Int8Embedding, Int8Linear, quantize_linears, quantize_rows
 
 
 def test_rows_round_to_within_half_a_step_and_zero_rows_stay_zero():
@@ -42,10 +42,13 @@ def test_one_row_and_a_chunk_compute_the_dequantized_product(dtype):
     assert torch.allclose(int8(row).float(), expected[:1, :1], atol=tolerance)
 
 
-def test_a_model_keeps_its_embeddings_unties_its_output_layer_and_stays_the_same_model():
+@pytest.mark.parametrize("tied", [True, False])
+def test_a_model_quantizes_its_embeddings_too_and_stays_the_same_model(tied):
     model = tiny_model("llama")
-    model.config.tie_word_embeddings = True
-    model.lm_head.weight = model.model.embed_tokens.weight
+    if tied:
+        model.config.tie_word_embeddings = True
+        model.lm_head.weight = model.model.embed_tokens.weight
+    table = model.model.embed_tokens.weight.detach().clone()
     before = weight_samples(model)
     ids = torch.randint(0, 200, (1, 24))
     with torch.no_grad():
@@ -53,11 +56,25 @@ def test_a_model_keeps_its_embeddings_unties_its_output_layer_and_stays_the_same
         linears = sum(type(m) is nn.Linear for m in model.modules())
         assert quantize_linears(model) == linears
         logits = model(ids).logits
-    assert not any(type(m) is nn.Linear for m in model.modules())
-    assert isinstance(model.lm_head, Int8Linear) and model.model.embed_tokens.weight.dtype == torch.float32
+    assert not any(type(m) in (nn.Linear, nn.Embedding) for m in model.modules())
+    embeddings = model.model.embed_tokens
+    assert isinstance(model.lm_head, Int8Linear) and isinstance(embeddings, Int8Embedding)
+    assert embeddings.weight.dtype == torch.int8 and embeddings(ids).dtype == torch.float32
+    shares = embeddings.weight is model.lm_head.weight and embeddings.weight_scale is model.lm_head.weight_scale
+    assert shares == tied  # a tied output layer and the embeddings hold one int8 table
+    q, scale = quantize_rows(table)
+    assert torch.equal(embeddings(ids), (q[ids].float() * scale[ids][..., None]))  # the rows, dequantized
     assert not model.config.tie_word_embeddings
     assert similarity(model, before) > SAME_MODEL  # shipped heads still find the model
     assert F.cosine_similarity(logits.flatten(), reference.flatten(), dim=0) > 0.999
+
+
+def test_a_lookup_returns_the_scaled_rows_in_the_scales_dtype():
+    weight = torch.tensor([[127, -64], [1, 0], [-127, 127]], dtype=torch.int8)
+    embeddings = Int8Embedding(weight, torch.tensor([0.5, 2.0, 0.25], dtype=torch.bfloat16))
+    looked_up = embeddings(torch.tensor([[2, 0, 2]]))
+    assert looked_up.dtype == torch.bfloat16 and looked_up.shape == (1, 3, 2)
+    assert looked_up.float().tolist() == [[[-31.75, 31.75], [63.5, -32.0], [-31.75, 31.75]]]
 
 
 def test_load_8bit_from_a_directory_and_refusals(tmp_path, llama_dir):

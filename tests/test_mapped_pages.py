@@ -12,7 +12,7 @@ from helpers.models import save_model_dir, tiny_model
 from safetensors.torch import load_file
 
 from locret_cli.models.loading import load_model
-from locret_cli.runtime.int8_linear import Int8Linear, quantize_rows
+from locret_cli.runtime.int8_linear import Int8Embedding, Int8Linear, quantize_rows
 from locret_cli.runtime.mapped_pages import CheckpointPages, unwritten_checkpoint_mappings
 
 SMAPS = """\
@@ -80,11 +80,11 @@ def test_load_8bit_hands_back_each_weight_it_quantized_and_keeps_the_files_numbe
     file = folder / "model.safetensors"
     stored = load_file(file)
     model = load_model(str(folder), device="cpu", dtype="bf16", load_8bit=True).model
-    for name, layer in model.named_modules():
-        if isinstance(layer, Int8Linear):
-            q, scale = quantize_rows(stored[f"{name}.weight"])
-            assert torch.equal(layer.weight, q) and torch.equal(layer.weight_scale, scale)
-    assert torch.equal(model.model.embed_tokens.weight, stored["model.embed_tokens.weight"])
+    quantized = [(name, layer) for name, layer in model.named_modules() if isinstance(layer, Int8Linear | Int8Embedding)]
+    assert "model.embed_tokens" in dict(quantized)
+    for name, layer in quantized:
+        q, scale = quantize_rows(stored[f"{name}.weight"])
+        assert torch.equal(layer.weight, q) and torch.equal(layer.weight_scale, scale)
 
 
 def test_blocks_of_rows_quantize_as_the_whole_weight_does(monkeypatch):

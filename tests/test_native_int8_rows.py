@@ -17,7 +17,7 @@ from locret_cli.core.families import FAMILIES
 from locret_cli.core.heads import RetainingHeads, compute_dtype
 from locret_cli.models.loading import load_model
 from locret_cli.runtime import bf16_weights, native_rows
-from locret_cli.runtime.int8_linear import Int8Linear, quantize_linears
+from locret_cli.runtime.int8_linear import Int8Embedding, Int8Linear, quantize_linears
 
 needs_kernel = pytest.mark.skipif(native_rows.int8_kernels() is None,
                                   reason="the int8 rows kernel needs AVX2, FMA and a C compiler")
@@ -120,15 +120,15 @@ def test_a_bf16_checkpoint_computing_in_fp32_quantizes_from_its_bf16_weights(tmp
     loaded = load_model(str(folder), device="cpu", dtype="fp32", load_8bit=True)
     model = loaded.model
     assert loaded.dtype_reason == "fp32: asked for; weights quantized from bf16; linear weights in int8"
-    assert compute_dtype(model) == torch.float32 and bf16_weights.keeps_bf16_weights(model)
-    assert not any(type(m) is nn.Linear for m in model.modules())
-    layers = [m for m in model.modules() if isinstance(m, Int8Linear)]
+    assert compute_dtype(model) == torch.float32 and bf16_weights.keeps_bf16_weights(reference.model)
+    assert not any(type(m) in (nn.Linear, nn.Embedding) for m in model.modules())
+    layers = [m for m in model.modules() if isinstance(m, Int8Linear | Int8Embedding)]
     assert {m.weight_scale.dtype for m in layers} == {torch.float32}
-    assert {m.bias.dtype for m in layers if m.bias is not None} == {torch.float32}
-    assert model.model.embed_tokens.weight.dtype == torch.bfloat16  # looked up, not quantized
+    assert {m.bias.dtype for m in layers if getattr(m, "bias", None) is not None} == {torch.float32}
+    assert isinstance(model.model.embed_tokens, Int8Embedding)
     references = dict(reference.model.named_modules())
     for name, layer in model.named_modules():
-        if isinstance(layer, Int8Linear):  # quantized from the very bf16 numbers the checkpoint holds
+        if isinstance(layer, Int8Linear | Int8Embedding):  # quantized from the very bf16 numbers the checkpoint holds
             weight = references[name].weight.float()
             assert torch.equal(layer.weight, torch.round(weight / layer.weight_scale[:, None]).clamp(-127, 127)
                                .to(torch.int8))

@@ -39,8 +39,8 @@ class ModelSpec:
     device: str = option("auto", "auto, cpu or cuda.")
     dtype: str = option("auto", "auto (bf16 where fast), bf16, fp16 or fp32.")
     load_4bit: bool = option(False, "Load weights in 4-bit nf4 (bitsandbytes).", flag="--load-4bit")
-    load_8bit: bool = option(False, "Hold the linear layers' weights in int8, one scale per row: half the bytes of "
-                                    "bf16, so faster decoding on the CPU.", flag="--load-8bit")
+    load_8bit: bool = option(False, "Hold the linear layers' and embeddings' weights in int8, one scale per row: half "
+                                    "the bytes of bf16, so faster decoding on the CPU.", flag="--load-8bit")
     max_memory: str | None = option(None, "Hold at most this much of the model's weights in memory (such as 2GiB); the "
                                           "rest stays on disk in its safetensors file and is read layer by layer as "
                                           "it runs. CPU only; for a .gguf file, `locret convert` it first.")

@@ -19,7 +19,10 @@ on the CPU. Both made decode slower, not faster (docs/measurements/memory.md).
 
 Quantization is symmetric: scale = max |w| of the row / 127, rounded to the model's dtype first, so that
 q × scale is exactly what the layer computes with. The retaining heads are not quantized (they are not part of the
-model); the embeddings are not either (a lookup reads a few rows). A tied output layer gets its own int8 copy.
+model). The input embeddings are, row by row the same way (`Int8Embedding`: a lookup multiplies the rows it reads by
+their scales), and a tied output layer shares their int8 weight. Left bf16, a lookup reads a few rows, but the
+kernel maps a checkpoint file's pages in large folios (2 MB a fault on Linux 6.18), so the rows of any real document
+make the whole table resident: 0.44 GiB of a Qwen2.5-Coder-1.5B's peak.
 """
 
 from __future__ import annotations
@@ -32,16 +35,18 @@ from locret_cli.core.heads import COMPUTES_IN
 from locret_cli.core.profile_marks import ROWS_KERNEL, WIDEN, mark
 from locret_cli.core.transformers_internals import untie
 from locret_cli.runtime.bf16_weights import widened
-from locret_cli.runtime.mapped_pages import CheckpointPages
+from locret_cli.runtime.mapped_pages import CheckpointPages, trim_heap
 from locret_cli.runtime.native_rows import int8_rows_product
 
 BLOCK_ROWS = 4096  # rows quantized at a time
 
 
-def quantize_rows(weight: torch.Tensor, dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def quantize_rows(weight: torch.Tensor, dtype: torch.dtype | None = None,
+                  pages: CheckpointPages | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(q, scale) for `weight` (out, in): q int8 (out, in), scale (out,) in `dtype` (the dtype the model computes
     in; default the weight's), with q × scale ≈ weight to within half a step of each row. Rows are quantized
-    `BLOCK_ROWS` at a time, so that an output layer's fp32 intermediates stay small."""
+    `BLOCK_ROWS` at a time, so that an output layer's fp32 intermediates stay small; with `pages`, each block's
+    checkpoint pages are handed back once it is quantized, so that a large table is never resident whole."""
     dtype = dtype or weight.dtype
     q = torch.empty(weight.shape, dtype=torch.int8, device=weight.device)
     scale = torch.empty(weight.shape[0], dtype=dtype, device=weight.device)
@@ -51,6 +56,8 @@ def quantize_rows(weight: torch.Tensor, dtype: torch.dtype | None = None) -> tup
         block = block.clamp(min=torch.finfo(dtype).tiny)  # a row of zeros stays zeros
         scale[first:first + BLOCK_ROWS] = block
         q[first:first + BLOCK_ROWS] = torch.round(rows / block.float()[:, None]).clamp(-127, 127)
+        if pages is not None:
+            pages.release(weight.detach()[first:first + BLOCK_ROWS])
     return q, scale
 
 
@@ -66,10 +73,12 @@ class Int8Linear(nn.Module):
         self.bias = None if bias is None else nn.Parameter(bias.detach(), requires_grad=False)
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear, dtype: torch.dtype | None = None) -> "Int8Linear":
-        """`linear` quantized, computing in `dtype` (default its weight's): the scale and the bias in it."""
+    def from_linear(cls, linear: nn.Linear, dtype: torch.dtype | None = None,
+                    pages: CheckpointPages | None = None) -> "Int8Linear":
+        """`linear` quantized, computing in `dtype` (default its weight's): the scale and the bias in it; `pages`: as
+        `quantize_rows` takes them."""
         bias = None if linear.bias is None or dtype is None else linear.bias.to(dtype)
-        return cls(*quantize_rows(linear.weight, dtype), linear.bias if dtype is None else bias)
+        return cls(*quantize_rows(linear.weight, dtype, pages), linear.bias if dtype is None else bias)
 
     def dequantized(self) -> torch.Tensor:
         """The weight (out, in) in the scale's dtype, a tensor of its own."""
@@ -102,17 +111,44 @@ class Int8Linear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, int8"
 
 
+class Int8Embedding(nn.Module):
+    """An embedding table held as int8 rows (vocabulary, hidden) with a per-row `weight_scale`: a lookup returns the
+    rows it reads, each times its scale, in the scale's dtype. It may share both tensors with a tied output layer."""
+
+    def __init__(self, weight: torch.Tensor, weight_scale: torch.Tensor):
+        super().__init__()
+        self.num_embeddings, self.embedding_dim = weight.shape
+        self.register_buffer("weight", weight)
+        self.register_buffer("weight_scale", weight_scale)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.weight[ids].to(self.weight_scale.dtype) * self.weight_scale[ids].unsqueeze(-1)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings}, {self.embedding_dim}, int8"
+
+
 def quantize_linears(model: nn.Module) -> int:
-    """Replace every `nn.Linear` of `model` by an Int8Linear in place (untying a tied output layer from the
-    embeddings, which keep their dtype), computing in the dtype the model records (`core.heads.COMPUTES_IN`, for
-    bf16 weights kept beside fp32 arithmetic), else each weight's own. Returns how many were replaced."""
+    """Replace every `nn.Linear` of `model` by an Int8Linear and its input embeddings by an Int8Embedding, in place,
+    computing in the dtype the model records (`core.heads.COMPUTES_IN`, for bf16 weights kept beside fp32
+    arithmetic), else each weight's own; a tied output layer and the embeddings share one int8 weight. Returns how
+    many linear layers were replaced."""
     computes_in = getattr(model, COMPUTES_IN, None)
-    pages = CheckpointPages()
+    pages = CheckpointPages()  # a checkpoint's pages, each read whole once and never again
+    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    table = embeddings.weight if type(embeddings) is nn.Embedding else None
+    if table is not None:  # first: its pages are handed back before the int8 linears take their room
+        model.set_input_embeddings(Int8Embedding(*quantize_rows(table, computes_in or table.dtype, pages)))
     targets = [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
                if type(child) is nn.Linear]
     for parent, name, child in targets:
-        setattr(parent, name, Int8Linear.from_linear(child, computes_in))
-        pages.release(child.weight)  # a checkpoint's pages, read whole and never again
+        if child.weight is table:  # a tied output layer: the embeddings' int8 table, as a linear layer
+            quantized = model.get_input_embeddings()
+            bias = None if child.bias is None else child.bias.to(quantized.weight_scale.dtype)
+            setattr(parent, name, Int8Linear(quantized.weight, quantized.weight_scale, bias))
+        else:
+            setattr(parent, name, Int8Linear.from_linear(child, computes_in, pages))
+        trim_heap()  # its blocks' fp32 temporaries, freed among live int8 weights, else kept resident by glibc
     if targets:
         untie(model)
     return len(targets)

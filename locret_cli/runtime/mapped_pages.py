@@ -67,3 +67,14 @@ class CheckpointPages:
             return 0
         done = self.libc.madvise(ctypes.c_void_p(first), ctypes.c_size_t(last - first), MADV_DONTNEED)
         return last - first if done == 0 else 0
+
+
+def trim_heap() -> bool:
+    """Hand the allocator's free memory back to the kernel (glibc's `malloc_trim`): after many large temporaries are
+    freed among smaller live tensors (quantizing a model), glibc may keep hundreds of MB of them resident. False where
+    the C library has no `malloc_trim` (not glibc) or nothing was handed back."""
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (AttributeError, OSError):
+        return False
+    return bool(trim(ctypes.c_size_t(0)))

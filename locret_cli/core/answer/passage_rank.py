@@ -72,16 +72,23 @@ def best_passages(scores: list[float], spans: list[tuple[int, int]], count: int,
     """Up to `count` windows [first, end) of `size` tokens (shorter at the input's ends, never before `start`), each
     centred on the best-scoring passage whose centre no chosen window holds yet, in document order, windows that
     overlap merged. Passages that score nothing are never chosen."""
-    chosen: list[tuple[int, int]] = []
+    return joined(centred(scores, spans, count, size, start, tokens, [], floor=0.0))
+
+
+def centred(scores: list[float], spans: list[tuple[int, int]], count: int, size: int, start: int, tokens: int,
+            chosen: list[tuple[int, int]], floor: float) -> list[tuple[int, int]]:
+    """`chosen` and up to `count` more windows, each centred on the best passage (scoring above `floor`) whose
+    centre no window holds yet, in the order chosen."""
+    chosen, wanted = list(chosen), len(chosen) + count
     for i in sorted(range(len(scores)), key=lambda i: (-scores[i], i)):
-        if len(chosen) == count or scores[i] <= 0:
+        if len(chosen) >= wanted or scores[i] <= floor:
             break
         centre = (spans[i][0] + spans[i][1]) // 2
         if any(first <= centre < end for first, end in chosen):
             continue
         first = max(start, min(centre - size // 2, tokens - size))
         chosen.append((first, min(tokens, first + size)))
-    return joined(chosen)
+    return chosen
 
 
 def passage_signal(scores: list[float], spans: list[tuple[int, int]], tokens: int) -> torch.Tensor:
