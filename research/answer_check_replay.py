@@ -94,12 +94,18 @@ def report(path: Path, fixed: tuple[float, ...] = ()) -> None:
         for t in sorted({round(values[int(share * len(values))], 3) for share in SHARES} | set(chosen)):
             rules.append((f"shipped, or {score} < {t:g}", lambda r, of=of, t=t: r["wrefused"] or of(r) < t))
     for label, refuses in rules:
-        verdicts = [r["not_stated_verdict"] if refuses(r) else r["verdict"] for r in rows]
-        unstated = [v for r, v in zip(rows, verdicts) if r["kind"] == "not-stated"]
-        by_kind = [f"{sum(v == 'right' for r, v in zip(rows, verdicts) if r['kind'] == kind)}/"
-                   f"{sum(r['kind'] == kind for r in rows)}" for kind in kinds]
-        print(f"| {label} | {verdicts.count('right')}/{len(rows)} | {verdicts.count('made_up')} | "
-              f"{verdicts.count('bound_wrong')} | {unstated.count('right')}/{len(unstated)} | {', '.join(by_kind)} |")
+        print(table_row(label, rows, refuses, kinds))
+
+
+def table_row(label: str, rows: list[dict], refuses, kinds: list[str]) -> str:
+    """A report's row: right / made up / bound wrong / not-stated refused and right by kind, when the answers of
+    `rows` for which `refuses` is true are refused."""
+    verdicts = [r["not_stated_verdict"] if refuses(r) else r["verdict"] for r in rows]
+    unstated = [v for r, v in zip(rows, verdicts) if r["kind"] == "not-stated"]
+    by_kind = [f"{sum(v == 'right' for r, v in zip(rows, verdicts) if r['kind'] == kind)}/"
+               f"{sum(r['kind'] == kind for r in rows)}" for kind in kinds]
+    return (f"| {label} | {verdicts.count('right')}/{len(rows)} | {verdicts.count('made_up')} | "
+            f"{verdicts.count('bound_wrong')} | {unstated.count('right')}/{len(unstated)} | {', '.join(by_kind)} |")
 
 
 def main() -> None:

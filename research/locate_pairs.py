@@ -26,7 +26,7 @@ from locret_cli.bench.tasks import NATURAL
 from locret_cli.core.answer.locate import joined
 from locret_cli.core.answer.passage_rank import centred, passage_scores
 from locret_cli.core.answer.reread import locate
-from research.answer_check_replay import windows_answer
+from research.answer_check_replay import table_row, windows_answer
 
 RULES = ("bm25", "mixed")
 
@@ -89,14 +89,7 @@ def report(path: Path, at: float) -> None:
     for rule in RULES:
         ruled = [r for r in rows if r["rule"] == rule]
         for label, refuses in views:
-            verdicts = [r["not_stated_verdict"] if refuses(r) else r["verdict"] for r in ruled]
-            unstated = [v for r, v in zip(ruled, verdicts) if r["kind"] == "not-stated"]
-            by_kind = [f"{sum(v == 'right' for r, v in zip(ruled, verdicts) if r['kind'] == kind)}/"
-                       f"{sum(r['kind'] == kind for r in ruled)}" for kind in kinds]
-            print(f"| {rule}, {label} | {verdicts.count('right')}/{len(ruled)} | {verdicts.count('made_up')} | "
-                  f"{verdicts.count('bound_wrong')} | {unstated.count('right')}/{len(unstated)} | "
-                  f"{', '.join(by_kind)} |")
-
+            print(table_row(f"{rule}, {label}", ruled, refuses, kinds))
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
