@@ -24,8 +24,7 @@ from locret_cli.api import load_session
 from locret_cli.bench.rankers import EmbeddingRanker, minilm_embed
 from locret_cli.bench.tasks import NATURAL
 from locret_cli.core.answer.locate import joined
-from locret_cli.core.answer.passage_rank import centred, passage_scores
-from locret_cli.core.answer.reread import locate
+from locret_cli.core.answer.passage_rank import best_passages, centred, passage_scores
 from research.answer_check_replay import table_row, windows_answer
 
 RULES = ("bm25", "mixed")
@@ -57,8 +56,8 @@ def replay(args) -> None:
                 key, asked = (name, index, question.question), question.question
                 if key in done:
                     continue
-                lexical, _, _ = locate(reading.engine, tokenizer, ids, pinned, asked, [], answering)
                 scores, spans = passage_scores(tokenizer, ids, asked, pinned, answering.reread_tokens)
+                lexical = best_passages(scores, spans, answering.reread, answering.reread_tokens, pinned, len(ids))
                 if embedded is None:
                     texts = [tokenizer.decode(ids[a:b].tolist(), skip_special_tokens=True) for a, b in spans]
                     embedded = ranker.index(texts)

@@ -138,7 +138,7 @@ def quantize_linears(model: nn.Module) -> int:
     embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
     table = embeddings.weight if type(embeddings) is nn.Embedding else None
     if table is not None:  # first: its pages are handed back before the int8 linears take their room
-        model.set_input_embeddings(Int8Embedding(*quantize_rows(table, computes_in or table.dtype, pages)))
+        model.set_input_embeddings(Int8Embedding(*quantize_rows(table, computes_in, pages)))
     targets = [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
                if type(child) is nn.Linear]
     for parent, name, child in targets:

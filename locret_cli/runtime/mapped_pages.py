@@ -17,6 +17,7 @@ nothing is released.
 from __future__ import annotations
 
 import ctypes
+import functools
 import mmap
 import re
 from pathlib import Path
@@ -73,8 +74,14 @@ def trim_heap() -> bool:
     """Hand the allocator's free memory back to the kernel (glibc's `malloc_trim`): after many large temporaries are
     freed among smaller live tensors (quantizing a model), glibc may keep hundreds of MB of them resident. False where
     the C library has no `malloc_trim` (not glibc) or nothing was handed back."""
+    trim = _malloc_trim()
+    return trim is not None and bool(trim(ctypes.c_size_t(0)))
+
+
+@functools.cache
+def _malloc_trim():
+    """glibc's `malloc_trim`, looked up once; None where the C library has none."""
     try:
-        trim = ctypes.CDLL(None).malloc_trim
+        return ctypes.CDLL(None).malloc_trim
     except (AttributeError, OSError):
-        return False
-    return bool(trim(ctypes.c_size_t(0)))
+        return None
