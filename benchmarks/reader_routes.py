@@ -171,6 +171,7 @@ def run(session: Session, policy: str, sets: list[str], lengths: list[int], coun
                     right[row["config"]] += row["correct"]
                 print(f"{name} {length} {label} doc {index} ({reading.read_s:.0f} s read): " +
                       ", ".join(f"{c} {right[c]}/{len(questions)}" for c in todo[name]), flush=True)
+            reading = result = keeper = None  # else this read's cache is held while the next document is read
 
 
 def answer_views(question: Question, result, text, read: DocumentText | None = None) -> dict:
