@@ -25,24 +25,20 @@ from research.answer_check_replay import table_row
 
 def joined_rows(windows: Path, cache: Path, split: str) -> list[dict]:
     """One row per question of `split` in both files: the windows' row, with `cache` (the bounded cache's verdict as
-    `--refuse-unfound` shows it) and `cache_said` (as said) added."""
+    `--refuse-unfound` shows it) added."""
     cached = {r["question"]: r for r in map(json.loads, cache.open())
               if r["set"] == split and r["config"] == "one-read"}
     rows = [r for r in map(json.loads, windows.open()) if r["set"] == split and r.get("rule", "bm25") == "bm25"]
     missing = [r["question"] for r in rows if r["question"] not in cached]
     if missing:
         raise SystemExit(f"{len(missing)} questions have no bounded-cache row, the first: {missing[0]!r}")
-    return [{**r, "cache": cached[r["question"]]["refuse_verdict"], "cache_said": cached[r["question"]]["verdict"]}
-            for r in rows]
+    return [{**r, "cache": cached[r["question"]]["refuse_verdict"]} for r in rows]
 
 
 def falls_back(row: dict, refuses) -> dict:
-    """`row` answered by the bounded cache (as `--refuse-unfound` shows it) where `refuses` says the shipped route
-    refuses it; a refusal stays one (its verdict is `not_stated_verdict`)."""
-    if not refuses(row):
-        return row
-    verdict = row["cache"]
-    return {**row, "verdict": verdict, "wrefused": False, "answerable": 1.0}
+    """`row`, or where `refuses` says the shipped route refuses it, the bounded cache's answer in its place (`fell`:
+    its verdict is that of the answer shown, a refusal included)."""
+    return {**row, "verdict": row["cache"], "fell": True} if refuses(row) else row
 
 
 def report(rows: list[dict], at: float) -> None:
@@ -57,7 +53,7 @@ def report(rows: list[dict], at: float) -> None:
     for label, when in (("any refusal", shipped), ("the check's refusal", lambda r: checked(r) and not unfound(r)),
                         ("`--unfound-in read`'s refusal", unfound)):
         fell = [falls_back(r, when) for r in rows]
-        print(table_row(f"the bounded cache after {label}", fell, shipped, kinds))
+        print(table_row(f"the bounded cache after {label}", fell, lambda r: shipped(r) and not r.get("fell"), kinds))
     alone = [{**r, "verdict": r["cache"]} for r in rows]
     print(table_row("the bounded cache alone (`--refuse-unfound`)", alone, lambda r: False, kinds))
     said = [r["not_stated_verdict"] if shipped(r) else r["verdict"] for r in rows]
