@@ -45,6 +45,20 @@ def test_growth_past_the_reservation_keeps_every_entry_and_one_step_of_room():
     assert layer.keys[0, 1, :, 0].tolist() == [float(i // 3) for i in range(30)]
 
 
+def test_fitting_leaves_whole_buffers_of_the_same_entries_that_grow_again_on_the_next_append():
+    cache = LocretCache(1, reserved=32)
+    fill(cache, 0, 5, value=3.0)
+    before = {name: t.clone() for name, t in cache.layers[0].tensors().items()}
+    cache.fit()
+    layer = cache.layers[0]
+    assert layer.buffers.capacity == 5 and layer.length == 5
+    for name, t in layer.tensors().items():
+        assert torch.equal(t, before[name])
+        assert t.contiguous().data_ptr() == layer.buffers.tensors[name].data_ptr()  # saved without a copy
+    fill(cache, 5, 1, value=4.0)
+    assert layer.buffers.capacity == 12 and layer.keys[0, 0, :, 0].tolist() == [3.0] * 5 + [4.0]
+
+
 def test_a_fork_shares_the_entries_and_appends_without_touching_its_parent():
     cache = LocretCache(1, reserved=16)
     fill(cache, 0, 6, value=1.0)

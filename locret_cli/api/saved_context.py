@@ -72,6 +72,7 @@ def save_reading(reading: Reading, path: str | Path, heads=None, force: bool = F
     path = check_output(path, force, CONTEXT_SUFFIX)
     reading.read_now()
     engine = reading.engine
+    engine.cache.fit()  # each layer's tensors its whole buffers: `contiguous()` below copies none of them
     stored = layer_parts(engine.settings.kv_bits)
     tensors = {f"layers.{i}.{name}": t.contiguous().cpu()
                for i, layer in enumerate(engine.cache.layers) for name, t in layer.tensors().items() if name in stored}

@@ -84,6 +84,14 @@ class LocretCache(Cache):
             if layer.buffers is not None and layer.buffers.capacity < entries:
                 layer._private_copy(entries)
 
+    def fit(self) -> None:
+        """Shrink every layer's buffers to the entries it holds, one layer at a time, so that each layer's tensors are
+        its whole buffers: a saved context is written from them without a second copy of the cache. A later append
+        grows them again."""
+        for layer in self.layers:
+            if layer.buffers is not None and layer.buffers.capacity > layer.length:
+                layer._private_copy(layer.length)
+
     def own_tails(self, more: int) -> None:
         """Make every layer's buffers this cache's to write its next `more` entries into (a fork copies what it
         shares, a full buffer grows), for a step that writes them in place (`core/answer/compiled_step.py`)."""
