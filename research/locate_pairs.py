@@ -90,6 +90,7 @@ def report(path: Path, at: float) -> None:
         for label, refuses in views:
             print(table_row(f"{rule}, {label}", ruled, refuses, kinds))
 
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model")

@@ -26,7 +26,8 @@ from locret_cli.bench import natural
 from locret_cli.bench.rankers import EmbeddingRanker, minilm_embed
 from locret_cli.bench.scoring import contains_match
 from locret_cli.checks.grounding import words
-from locret_cli.core.answer.passage_rank import PASSAGE_TOKENS, best_passages, bm25_scores, passage_spans
+from locret_cli.core.answer.locate import joined
+from locret_cli.core.answer.passage_rank import PASSAGE_TOKENS, best_passages, bm25_scores, centred, passage_spans
 from research.locate_pairs import mixed_passages
 
 RRF_K = 60
@@ -47,13 +48,11 @@ def rule_windows(rule: str, bm25: list[float], dense: list[float], spans: list[t
     """The windows `rule` chooses."""
     if rule == "mixed":
         return mixed_passages(bm25, dense, spans, windows, size, 0, tokens)
-    if rule == "minilm":
-        scores = [s + 2.0 for s in dense]  # cosine is in [-1, 1]; best_passages skips scores <= 0
-    elif rule == "rrf":
-        scores = [1 / (RRF_K + a) + 1 / (RRF_K + b) for a, b in zip(ranks(bm25), ranks(dense))]
-    else:
-        scores = bm25
-    return best_passages(scores, spans, windows, size, 0, tokens)
+    if rule == "minilm":  # a cosine may be 0 or below, which best_passages never chooses
+        return joined(centred(dense, spans, windows, size, 0, tokens, [], floor=float("-inf")))
+    if rule == "rrf":
+        bm25 = [1 / (RRF_K + a) + 1 / (RRF_K + b) for a, b in zip(ranks(bm25), ranks(dense))]
+    return best_passages(bm25, spans, windows, size, 0, tokens)
 
 
 def main() -> None:
