@@ -1,13 +1,16 @@
-"""A model's decode with its weights as stored beside `--load-8bit`'s int8 weights, in one process, turn by turn.
+"""A model's decode with its weights as stored beside `--load-8bit`'s int8 and `--load-int4`'s 4-bit weights, in one
+process, turn by turn.
 
     python benchmarks/int8_decode_side_by_side.py --model runs/qwen1.5b/qwen2.5-coder-1.5b-instruct > int8.md
 
-Both sessions load in this process (the int8 one quantizes from the same checkpoint) and read the same excerpt of
+Each session loads in this process (the quantized ones from the same checkpoint; `--weights` picks them) and reads the
+same excerpt of
 the handbook (`samples/handbook.txt`, the lines around the gate code, with a full cache: the excerpt is shorter than
 the budget). Then each asks the same questions in turns, one session after the other, `--rounds` times, answering
 from the read cache alone (`--reread 0`): pairing keeps the ratio meaningful on a host whose speed drifts. Prints a
-markdown table of each session's median decode rate, the median of the paired ratios, and each answer, so that a
-changed answer shows. Run nothing else meanwhile; no figure here is a memory figure (both models are resident).
+markdown table of each session's median decode rate, the median of its paired ratios to the weights as stored, and
+each answer, so that a changed answer shows. Run nothing else meanwhile; no figure here is a memory figure (every
+model is resident).
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from locret_cli.api import ModelSpec, load_session
 from locret_cli.settings import AnswerSettings
 
 HANDBOOK = Path(__file__).resolve().parents[1] / "samples" / "handbook.txt"
+WEIGHTS = {"stored": ("as stored", {}), "int8": ("int8 (`--load-8bit`)", {"load_8bit": True}),
+           "int4": ("int4 (`--load-int4`)", {"load_int4": True})}
 QUESTIONS = ("What is the gate code of the north depot?", "What did the archivist count behind the granary?",
              "Who questioned the signal tower beside the quarry?")
 
@@ -31,14 +36,16 @@ def main() -> None:
     parser.add_argument("--lines", default="160:200", help="the handbook's lines to read, FIRST:LAST")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--weights", default="stored,int8,int4", help="comma-separated: stored, int8, int4")
     args = parser.parse_args()
     first, last = (int(n) for n in args.lines.split(":"))
     with tempfile.TemporaryDirectory() as folder:
         excerpt = Path(folder) / "excerpt.txt"
         excerpt.write_text("".join(HANDBOOK.read_text(encoding="utf-8").splitlines(keepends=True)[first:last]))
         readings = {}
-        for label, load_8bit in (("as stored", False), ("int8 (`--load-8bit`)", True)):
-            session = load_session(ModelSpec(args.model, device="cpu", load_8bit=load_8bit))
+        for kind in args.weights.split(","):
+            label, options = WEIGHTS[kind]
+            session = load_session(ModelSpec(args.model, device="cpu", **options))
             readings[label] = session.read(str(excerpt))
     answering = AnswerSettings(max_new_tokens=args.max_new_tokens, reread=0)
     rates: dict[str, list[float]] = {label: [] for label in readings}
@@ -49,13 +56,13 @@ def main() -> None:
                 result = reading.ask(question, answering, sources=0)
                 rates[label].append(result.speed.decode_tokens_per_s or 0.0)
                 answers[label][question] = result.answer
-    stored, int8 = rates.values()
-    ratios = [b / a for a, b in zip(stored, int8) if a]
-    print(f"| weights | decode tok/s, median of {len(stored)} answers | compute |")
-    print("|---|---:|---|")
+    stored = rates[next(iter(rates))]
+    print(f"| weights | decode tok/s, median of {len(stored)} answers | paired ratio to the first row | compute |")
+    print("|---|---:|---:|---|")
     for label, reading in readings.items():
-        print(f"| {label} | {statistics.median(rates[label]):.2f} | {reading.compute} |")
-    print(f"\nint8 / as stored, the median of the paired answers' ratios: {statistics.median(ratios):.2f}\n")
+        ratio = statistics.median(b / a for a, b in zip(stored, rates[label]) if a)
+        print(f"| {label} | {statistics.median(rates[label]):.2f} | {ratio:.2f} | {reading.compute} |")
+    print()
     print("| question | " + " | ".join(readings) + " |")
     print("|---|" + "---|" * len(readings))
     for question in QUESTIONS:

@@ -2,7 +2,8 @@
 they answer the question at all: the model's own yes/no as a refusal signal beside `--unfound-in read`.
 
     python -m research.answer_check_replay --model runs/qwen1.5b/qwen2.5-coder-1.5b-instruct \\
-        --sets natural-validation --documents 6 --out runs/q15-val-check.jsonl [--rows runs/val-say-1.5b.jsonl]
+        --sets natural-validation --documents 6 --out runs/q15-val-check.jsonl [--rows runs/val-say-1.5b.jsonl] \\
+        [--load-int4]
 
 For each question the windows of `--config` (a `benchmarks/reader_routes.py` configuration that locates in the
 text) are located and read once with a full cache, as the shipped route reads them; three forks of that engine then
@@ -37,35 +38,46 @@ SHARES = (0.1, 0.2, 0.3, 0.4, 0.5)  # thresholds: the scores below which these s
 
 
 def replay(args) -> None:
-    done = {(r["set"], r["document"], r["question"]) for r in map(json.loads, args.out.open())} \
-        if args.out.exists() else set()
     stored = {(r["set"], r["document"], r["question"]): r["answer"] for r in map(json.loads, args.rows.open())
               if r["config"] == args.config} if args.rows else {}
-    session = load_session(args.model, device="cpu", dtype="bf16")
+    session = load_session(args.model, device="cpu", dtype="bf16", load_int4=args.load_int4)
     answering = replace(session.plan(answer={"max_new_tokens": 32}).answer, **CONFIGS[args.config][0])
+    for name, index, reading, numbers, question in pending_questions(args, session, answering):
+        key, asked = (name, index, question.question), question.question
+        spans, _, _ = locate(reading.engine, reading.tokenizer, reading.input_ids, reading.engine.pinned, asked, [],
+                             answering)
+        row = {"set": name, "document": index, "kind": question.kind, "question": asked,
+               **windows_answer(reading, spans, question, answering, numbers)}
+        if key in stored:
+            row["same_as_stored"] = stored[key] == row["answer"]
+        with args.out.open("a") as out:
+            out.write(json.dumps(row) + "\n")
+
+
+def pending_questions(args, session, answering):
+    """(set, document index, its Reading (the bounded read deferred), its numbers, question) for each question of
+    `args.sets`' first `args.documents` documents that has no row in `args.out` yet."""
+    done = {(r["set"], r["document"], r["question"]) for r in map(json.loads, args.out.open())} \
+        if args.out.exists() else set()
     for name in args.sets.split(","):
         for index, (document, questions, _) in enumerate(natural_questions(NATURAL[name], args.documents)):
             reading = session.read(document, defer=True)
-            tokenizer, ids = reading.tokenizer, reading.input_ids
             numbers = reading.document_numbers() if answering.numbers_from_document else None
             for question in questions:
-                key, asked = (name, index, question.question), question.question
-                if key in done:
-                    continue
-                spans, _, _ = locate(reading.engine, tokenizer, ids, reading.engine.pinned, asked, [], answering)
-                row = {"set": name, "document": index, "kind": question.kind, "question": asked,
-                       **windows_answer(reading, spans, question, answering, numbers)}
-                if key in stored:
-                    row["same_as_stored"] = stored[key] == row["answer"]
-                with args.out.open("a") as out:
-                    out.write(json.dumps(row) + "\n")
+                if (name, index, question.question) not in done:
+                    yield name, index, reading, numbers, question
 
 
 def windows_answer(reading, spans: list[tuple[int, int]], question, answering, numbers) -> dict:
     """The answer from `spans` of `reading`'s document read whole, its verdicts as said, with `--unfound-in read`
     and refused, and the model's shares of yes to CHECK ("stated") and to `answerable.ANSWERABLE`."""
+    engine, _ = read_windows(reading.engine, reading.tokenizer, reading.input_ids, spans, answering)
+    return checked_answer(engine, reading, spans, question, numbers)[0]
+
+
+def checked_answer(engine, reading, spans: list[tuple[int, int]], question, numbers) -> tuple[dict, list[int]]:
+    """`windows_answer` on an `engine` that has read the windows `spans`: (its row, the answer's token ids)."""
     tokenizer, ids, asked, text = reading.tokenizer, reading.input_ids, question.question, reading.document_text()
-    engine, _ = read_windows(reading.engine, tokenizer, ids, spans, answering)
     generation = engine.fork().answer(conversation_ids(tokenizer, [], asked), numbers=numbers)
     answer = tokenizer.decode(generation.token_ids, skip_special_tokens=True).strip()
     windows = [tokenizer.decode(ids[a:b].tolist(), skip_special_tokens=True) for a, b in spans]
@@ -76,7 +88,7 @@ def windows_answer(reading, spans: list[tuple[int, int]], question, answering, n
     return {"answer": answer, "verdict": question.verdict(answer, text),
             "wrefuse_verdict": question.verdict(refused, text), "wrefused": refused == REFUSAL,
             "stated": yes_share(tokenizer, stated), "answerable": answerable,
-            "not_stated_verdict": question.verdict(REFUSAL, text)}
+            "not_stated_verdict": question.verdict(REFUSAL, text)}, generation.token_ids
 
 
 def report(path: Path, fixed: tuple[float, ...] = ()) -> None:
@@ -108,15 +120,23 @@ def table_row(label: str, rows: list[dict], refuses, kinds: list[str]) -> str:
             f"{verdicts.count('bound_wrong')} | {unstated.count('right')}/{len(unstated)} | {', '.join(by_kind)} |")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def replay_parser(description: str) -> argparse.ArgumentParser:
+    """The options a replay of the natural questions takes: the model, sets, documents, configuration, `--out` and
+    `--report`."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--model")
     parser.add_argument("--sets", default="natural-validation")
     parser.add_argument("--documents", type=int, default=6)
     parser.add_argument("--config", default="bm25-3x1024")
-    parser.add_argument("--rows", type=Path)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--report", action="store_true")
+    return parser
+
+
+def main() -> None:
+    parser = replay_parser(__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=Path)
+    parser.add_argument("--load-int4", action="store_true", help="the model's linear weights in 4 bits")
     parser.add_argument("--at", default="", help="comma-separated thresholds of answerable to report beside the "
                                                 "rows' own percentiles (a threshold chosen on another half)")
     args = parser.parse_args()

@@ -81,7 +81,7 @@ def test_load_8bit_from_a_directory_and_refusals(tmp_path, llama_dir):
     loaded = load_model(llama_dir, device="cpu", dtype="fp32", load_8bit=True)
     assert any(isinstance(m, Int8Linear) for m in loaded.model.modules())
     assert "int8" in loaded.dtype_reason
-    with pytest.raises(SettingError, match="not both"):
+    with pytest.raises(SettingError, match="choose one of"):
         load_session(ModelSpec(llama_dir, device="cpu", load_4bit=True, load_8bit=True))
 
 
@@ -90,7 +90,7 @@ def test_the_cli_answers_with_8bit_weights_and_refuses_them_for_the_embedded_mod
                  "--json")
     assert result.exit_code == 0, result.output
     refused = ask(doc, "q?", "--load-8bit")
-    assert refused.exit_code == 1 and "--load-8bit and --max-memory apply to --model" in refused.output
+    assert refused.exit_code == 1 and "--load-8bit, --load-int4 and --max-memory apply to --model" in refused.output
     assert "Traceback" not in refused.output
 
 

@@ -251,7 +251,7 @@ def _loaded_session(spec: ModelSpec, heads_required: bool) -> Session:
     if spec.arch is not None:
         from locret_cli.models.arch import random_session_parts
 
-        loaded, heads = random_session_parts(spec.arch, spec.device, spec.dtype, spec.load_8bit)
+        loaded, heads = random_session_parts(spec.arch, spec.device, spec.dtype, spec.load_8bit, spec.load_int4)
         return Session(loaded, heads, chosen_reader(spec.reader, None, loaded.model))
     if spec.model is None:
         from locret_cli.models.embedded import load_embedded
@@ -261,7 +261,7 @@ def _loaded_session(spec: ModelSpec, heads_required: bool) -> Session:
                        chosen_reader(spec.reader, None, loaded.model))
     _preflight(spec, heads_required)
     loaded = load_model(spec.model, spec.device, spec.dtype, spec.load_4bit, spec.trust_remote_code,
-                        load_8bit=spec.load_8bit, max_memory=spec.max_memory)
+                        load_8bit=spec.load_8bit, max_memory=spec.max_memory, load_int4=spec.load_int4)
     shipped = None if spec.heads else find_shipped(loaded.model)
     if shipped is not None:
         loaded.defaults = shipped.defaults

@@ -36,7 +36,8 @@ class WorkerSpec:
         row's "run")."""
         given, settings = self.model, {k: v for k, v in sorted(self.settings.items()) if k != "policy"}
         return {"model": given.model, "heads": given.heads, "policy": self.policy, "dtype": given.dtype,
-                "load_4bit": given.load_4bit, "load_8bit": given.load_8bit, **settings}
+                "load_4bit": given.load_4bit, "load_8bit": given.load_8bit,
+                **({"load_int4": True} if given.load_int4 else {}), **settings}
 
     @property
     def policy(self) -> str:

@@ -43,11 +43,20 @@ def sampled_values(param: torch.Tensor, row_scale: torch.Tensor | None = None) -
 
 
 def weight_samples(model) -> dict[str, list[float]]:
-    """{tensor name: sampled values}, for the sampled tensors this model has."""
+    """{tensor name: sampled values}, for the sampled tensors this model has: as parameters or buffers, or held by a
+    module that reads its weight's values from another form (`sampled_weight(index)`: 4-bit weights,
+    `runtime/int4_linear.py`)."""
     tensors = dict(model.named_parameters()) | dict(model.named_buffers())
     wanted = sampled_weight_names(ModelShape.from_config(model.config).layers)
-    return {name: sampled_values(stored_values(model, name, tensors[name]), tensors.get(name + ROW_SCALE))
-            for name in wanted if name in tensors}
+    samples = {name: sampled_values(stored_values(model, name, tensors[name]), tensors.get(name + ROW_SCALE))
+               for name in wanted if name in tensors}
+    modules = dict(model.named_modules())
+    for name in wanted:
+        module = modules.get(name.removesuffix(".weight"))
+        if name not in samples and hasattr(module, "sampled_weight"):
+            values = module.sampled_weight(sample_index(module.in_features * module.out_features))
+            samples[name] = [round(float(v), 6) for v in values]
+    return samples
 
 
 def stored_values(model, name: str, tensor: torch.Tensor) -> torch.Tensor:

@@ -111,8 +111,9 @@ def random_model(preset: str, dtype: torch.dtype = torch.float32, seed: int = 0,
 
 
 def random_session_parts(preset: str, device: str = "auto", dtype: str = "auto",
-                         load_8bit: bool = False) -> tuple[LoadedModel, RetainingHeads]:
-    """A random-weights model of `preset`'s shape on `device` (its linear weights in int8 with `load_8bit`), a
+                         load_8bit: bool = False, load_int4: bool = False) -> tuple[LoadedModel, RetainingHeads]:
+    """A random-weights model of `preset`'s shape on `device` (its linear weights in int8 with `load_8bit`, in 4 bits
+    with `load_int4`), a
     byte-level tokenizer and random heads: the parts of a session that measures speed and memory without downloading
     anything."""
     where = resolve_device(device)
@@ -121,11 +122,12 @@ def random_session_parts(preset: str, device: str = "auto", dtype: str = "auto",
     model = random_model(preset, torch.bfloat16 if widened else chosen.dtype, device=where)
     if widened:
         bf16_weights.keep_bf16_weights(model)
-    if load_8bit:
-        quantize_linears(model)
+    if load_8bit or load_int4:
+        quantize_linears(model, 4 if load_int4 else 8)
     torch.manual_seed(0)
     heads = RetainingHeads.for_model(model).to(device=where, dtype=compute_dtype(model)).eval()
-    kept = "; weights quantized from bf16" if load_8bit else "; weights kept bf16 as stored"
-    reason = chosen.reason + (kept if widened else "") + ("; linear weights in int8" if load_8bit else "")
+    kept = "; weights quantized from bf16" if load_8bit or load_int4 else "; weights kept bf16 as stored"
+    bits = "; linear weights in int4" if load_int4 else "; linear weights in int8" if load_8bit else ""
+    reason = chosen.reason + (kept if widened else "") + bits
     loaded = LoadedModel(model, TiktokenTokenizer.byte_level(), f"{preset} shape, random weights", {}, reason)
     return loaded, heads

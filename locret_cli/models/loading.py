@@ -78,10 +78,12 @@ def load_model(
     trust_remote_code: bool = False,
     load_8bit: bool = False,
     max_memory: str | None = None,
+    load_int4: bool = False,
 ) -> LoadedModel:
     """Load a causal LM and its tokenizer by Hub id, local directory, GGUF file or known short name
     (`models/named.py`), and check locret can drive it. `load_4bit`: bitsandbytes nf4 weights; `load_8bit`: every
-    linear layer's weights in int8 (`runtime/int8_linear.py`), from any source, GGUF files included; `max_memory`
+    linear layer's weights in int8 (`runtime/int8_linear.py`), from any source, GGUF files included; `load_int4`: in
+    4 bits (`runtime/int4_linear.py`); `max_memory`
     (a size, such as 2GiB): the weights held in memory, the rest read from disk as they run (`runtime/offload.py`).
     Which of these combine is `ModelSpec.checked`'s to say, before this is called."""
     from transformers import AutoModelForCausalLM
@@ -99,7 +101,7 @@ def load_model(
             model, tokenizer = gguf_cache.load(Path(source), torch_dtype, trust_remote_code)
         except (OSError, ValueError) as exc:
             raise ModelError(_explain_load_failure(source, exc)) from None
-        return _checked(model.to(torch_device), tokenizer, name, choice.reason, load_8bit)
+        return _checked(model.to(torch_device), tokenizer, name, choice.reason, bits(load_8bit, load_int4))
     # fp32 arithmetic on the CPU from a bf16 checkpoint: its weights stay bf16 in memory (`runtime/bf16_weights.py`)
     widened = (bf16_weights.applies(torch_device, torch_dtype) and not load_4bit and cap is None
                and stored_dtype(source, trust_remote_code) == torch.bfloat16)
@@ -124,12 +126,17 @@ def load_model(
     reason = choice.reason
     if widened:
         bf16_weights.keep_bf16_weights(model)
-        reason += "; weights quantized from bf16" if load_8bit else "; weights kept bf16 as stored"
+        reason += "; weights quantized from bf16" if load_8bit or load_int4 else "; weights kept bf16 as stored"
     if cap is not None:
         offload.check_cap(model, cap)
         reason += f"; {offload.describe(model)}"
     placed = load_4bit or cap is not None  # accelerate placed the weights: moving them would undo it
-    return _checked(model if placed else model.to(torch_device), tokenizer, name, reason, load_8bit)
+    return _checked(model if placed else model.to(torch_device), tokenizer, name, reason, bits(load_8bit, load_int4))
+
+
+def bits(load_8bit: bool, load_int4: bool) -> int | None:
+    """The bits `quantize_linears` holds linear weights in, or None to leave them as loaded."""
+    return 4 if load_int4 else 8 if load_8bit else None
 
 
 def stored_dtype(source: str, trust_remote_code: bool = False) -> torch.dtype | None:
@@ -145,11 +152,11 @@ def stored_dtype(source: str, trust_remote_code: bool = False) -> torch.dtype | 
     return dtype if isinstance(dtype, torch.dtype) else None
 
 
-def _checked(model, tokenizer, name: str, dtype_reason: str, load_8bit: bool = False) -> LoadedModel:
+def _checked(model, tokenizer, name: str, dtype_reason: str, linear_bits: int | None = None) -> LoadedModel:
     model.eval()
-    if load_8bit:
-        quantize_linears(model)
-        dtype_reason += "; linear weights in int8"
+    if linear_bits is not None:
+        quantize_linears(model, linear_bits)
+        dtype_reason += f"; linear weights in {'int4' if linear_bits == 4 else 'int8'}"
     check_supported(model.config)
     check_projections(model)
     return LoadedModel(model, tokenizer, name, {}, dtype_reason)

@@ -58,9 +58,14 @@ def widened(weight: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     cost more in page faults than the widening itself. With gradients, a tensor of its own (backward keeps it)."""
     if torch.is_grad_enabled() and weight.requires_grad or weight.device.type != "cpu":
         return weight.to(dtype)
-    if not _scratch or _scratch[0].numel() < weight.numel() or _scratch[0].dtype != dtype:
-        _scratch[:] = [torch.empty(max(weight.numel(), _scratch[0].numel() if _scratch else 0), dtype=dtype)]
-    return _scratch[0][: weight.numel()].view(weight.shape).copy_(weight)
+    return scratch(weight.numel(), dtype).view(weight.shape).copy_(weight)
+
+
+def scratch(numel: int, dtype: torch.dtype) -> torch.Tensor:
+    """The first `numel` elements of the one buffer weights widen into (`widened`), in `dtype`, grown as needed."""
+    if not _scratch or _scratch[0].numel() < numel or _scratch[0].dtype != dtype:
+        _scratch[:] = [torch.empty(max(numel, _scratch[0].numel() if _scratch else 0), dtype=dtype)]
+    return _scratch[0][:numel]
 
 
 def _embedding_forward(self: nn.Embedding, ids: torch.Tensor) -> torch.Tensor:

@@ -34,6 +34,7 @@ from torch import nn
 from locret_cli.core.heads import COMPUTES_IN
 from locret_cli.core.profile_marks import ROWS_KERNEL, WIDEN, mark
 from locret_cli.core.transformers_internals import untie
+from locret_cli.runtime import int4_linear
 from locret_cli.runtime.bf16_weights import widened
 from locret_cli.runtime.mapped_pages import CheckpointPages, trim_heap
 from locret_cli.runtime.native_rows import int8_rows_product
@@ -128,8 +129,9 @@ class Int8Embedding(nn.Module):
         return f"{self.num_embeddings}, {self.embedding_dim}, int8"
 
 
-def quantize_linears(model: nn.Module) -> int:
-    """Replace every `nn.Linear` of `model` by an Int8Linear and its input embeddings by an Int8Embedding, in place,
+def quantize_linears(model: nn.Module, bits: int = 8) -> int:
+    """Replace every `nn.Linear` of `model` by an Int8Linear (with `bits` 4, an `int4_linear.Int4Linear` where
+    `int4_linear.four_bit_layers` says) and its input embeddings by an Int8Embedding, in place,
     computing in the dtype the model records (`core.heads.COMPUTES_IN`, for bf16 weights kept beside fp32
     arithmetic), else each weight's own; a tied output layer and the embeddings share one int8 weight. Returns how
     many linear layers were replaced."""
@@ -141,11 +143,15 @@ def quantize_linears(model: nn.Module) -> int:
         model.set_input_embeddings(Int8Embedding(*quantize_rows(table, computes_in, pages)))
     targets = [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
                if type(child) is nn.Linear]
-    for parent, name, child in targets:
+    four = int4_linear.four_bit_layers([child for _, _, child in targets]) if bits == 4 else [False] * len(targets)
+    for (parent, name, child), in_4bits in zip(targets, four):
         if child.weight is table:  # a tied output layer: the embeddings' int8 table, as a linear layer
             quantized = model.get_input_embeddings()
             bias = None if child.bias is None else child.bias.to(quantized.weight_scale.dtype)
             setattr(parent, name, Int8Linear(quantized.weight, quantized.weight_scale, bias))
+        elif in_4bits:
+            setattr(parent, name, int4_linear.Int4Linear.from_linear(child, computes_in))
+            pages.release(child.weight.detach())
         else:
             setattr(parent, name, Int8Linear.from_linear(child, computes_in, pages))
         trim_heap()  # its blocks' fp32 temporaries, freed among live int8 weights, else kept resident by glibc

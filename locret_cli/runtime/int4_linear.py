@@ -1,0 +1,188 @@
+"""4-bit weights: every linear layer of a model holds its weights in 4 bits, with a scale and a zero per output row
+and group of 32 inputs (`--load-int4`), as gpt-fast holds them.
+
+A decode step multiplies one row by every weight, so its time is the time to read the weights: 4 bits are a
+quarter of bf16's bytes and half of int8's. A step's rows go to torch's CPU int4 product
+(`_weight_int4pack_mm_for_cpu`), which reads the weights as torch packs them (`_convert_weight_to_int4pack_for_cpu`);
+the same packing is all that is kept. A prefill chunk multiplies faster by a dense product, so the weight is widened
+into one reused bf16 buffer first, by locret's small C kernel (`native/int4_weights.c`; where it is not built, by
+torch's ops, several times slower), and multiplied as usual.
+
+Quantization is affine per group: weight = (q - 8) × scale + zero, q in 0..15. Where a group's values already lie on
+a grid of at most 16 evenly spaced steps (a 4-bit GGUF's Q4_K blocks, dequantized, do), the grid is found and kept:
+those weights are held as they were given, to within bf16 rounding of the scale. Any other group takes the step
+that spans its smallest and largest value in 15. The embeddings are held int8 (`int8_linear.Int8Embedding`), and a
+tied output layer shares that table. A layer whose shape torch's packing does not take (outputs not a multiple of
+64, inputs not of 32) is held int8; so, where a model's other layers lie on 4-bit grids (a Q4_K_M GGUF's), is a layer
+that does not (the file held it in 6 bits): each layer keeps about the bits its file gave it (`four_bit_layers`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from locret_cli.core.profile_marks import ROWS_KERNEL, WIDEN, mark
+from locret_cli.runtime import native_build
+from locret_cli.runtime.bf16_weights import scratch
+
+GROUP = 32  # inputs per scale and zero
+ROWS = 4  # inputs of at most this many rows go to torch's int4 product; more are a chunk, widened
+GRID_SLACK = 0.1  # a value within this share of a step of the grid lies on it (bf16 rounding is far less)
+SPANS = (15, 14, 13, 12)  # the grids looked for: a Q4_K block's range is 15 or 14 of its steps, rarely 13
+BLOCK_ROWS = 4096  # rows quantized at a time
+
+
+def takes(linear: nn.Linear) -> bool:
+    """Whether torch's int4 packing takes this layer's weight: outputs a multiple of 64, inputs of `GROUP`."""
+    out, inputs = linear.weight.shape
+    return out % 64 == 0 and inputs % GROUP == 0
+
+
+def quantize_groups(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(packed, scales_zeros) for `weight` (out, in): the 4-bit values in torch's CPU packing (out, in / 2) uint8, and
+    per group of `GROUP` inputs and output row the scale and zero (in / GROUP, out, 2) in bf16, with weight ≈
+    (q - 8) × scale + zero. `BLOCK_ROWS` rows at a time (a multiple of 64: torch packs blocks of 64 rows apart), so
+    that the intermediates of an output layer stay small."""
+    out, inputs = weight.shape
+    packed = torch.empty(out, inputs // 2, dtype=torch.uint8)
+    step, low = torch.empty(out, inputs // GROUP), torch.empty(out, inputs // GROUP)
+    for first in range(0, out, BLOCK_ROWS):
+        rows = slice(first, first + BLOCK_ROWS)
+        q, step[rows], low[rows], _ = quantized_block(weight.detach()[rows].float().contiguous())
+        packed[rows] = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 2)
+    zero = low + 8 * step  # torch's form: (q - 8) × scale + zero
+    return packed, torch.stack([step, zero], -1).transpose(0, 1).contiguous().to(torch.bfloat16)
+
+
+def quantized_block(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    """(q int32 (rows, in) in 0..15, step and low (rows, in / GROUP) fp32, how many groups kept a grid) for
+    contiguous fp32 `rows`, by the C kernel (`native/int4_weights.c`), else by `_quantized_block`: the same with
+    torch's ops, many times slower."""
+    functions = int4_kernels()
+    if functions is None:
+        return _quantized_block(rows)
+    groups = rows.numel() // GROUP
+    q = torch.empty(rows.shape, dtype=torch.int32)
+    step, low = torch.empty(rows.shape[0], rows.shape[1] // GROUP), torch.empty(rows.shape[0], rows.shape[1] // GROUP)
+    kept = functions.quantize_int4(rows.data_ptr(), groups, ctypes.c_float(GRID_SLACK), q.data_ptr(),
+                                   step.data_ptr(), low.data_ptr())
+    return q, step, low, kept
+
+
+def _quantized_block(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    """`quantize_groups` of some rows (fp32). A group whose values lie on an evenly spaced grid whose range is one of
+    `SPANS` steps keeps that grid, fitted by least squares; any other spans its range in 15 steps."""
+    groups = rows.reshape(rows.shape[0], -1, GROUP)
+    low, high = groups.amin(-1), groups.amax(-1)
+    spread = (high - low).clamp(min=torch.finfo(torch.float32).tiny)
+    k, on_grid = torch.zeros_like(groups), torch.zeros_like(low, dtype=torch.bool)
+    for span in SPANS:
+        offsets = (groups - low[..., None]) / (spread / span)[..., None]
+        rounded = offsets.round()
+        fits = ((offsets - rounded).abs() <= GRID_SLACK).all(-1) & ~on_grid
+        k = torch.where(fits[..., None], rounded, k)
+        on_grid |= fits
+    centred = k - k.mean(-1, keepdim=True)
+    fitted = (centred * groups).sum(-1) / (centred * centred).sum(-1).clamp(min=1e-12)  # v ≈ a + b k
+    step = torch.where(on_grid, fitted, spread / 15)
+    low = torch.where(on_grid, groups.mean(-1) - fitted * k.mean(-1), low)
+    q = torch.where(on_grid[..., None], k, ((groups - low[..., None]) / step[..., None]).round())
+    return q.clamp(0, 15).to(torch.int32).reshape(rows.shape), step, low, int(on_grid.sum())
+
+
+def grid_share(weight: torch.Tensor, rows: int = 64) -> float:
+    """The share of the groups of `weight`'s first `rows` rows that lie on a 4-bit grid."""
+    sample = weight.detach()[:rows].float().contiguous()
+    return quantized_block(sample)[3] / max(sample.numel() // GROUP, 1)
+
+
+def four_bit_layers(linears: list[nn.Linear]) -> list[bool]:
+    """Which of `linears` to hold in 4 bits: those torch packs (`takes`). Where some of them lie on 4-bit grids (a
+    4-bit GGUF's Q4_K tensors), only those: the file held the others in more bits (its Q6_K), and they keep 8."""
+    packs = [takes(linear) for linear in linears]
+    on_grid = [packed and grid_share(linear.weight) > 0.5 for linear, packed in zip(linears, packs)]
+    return on_grid if any(on_grid) else packs
+
+
+class Int4Linear(nn.Module):
+    """A linear layer with 4-bit weights in torch's CPU packing (`packed`), `scales_zeros` (in / GROUP, out, 2) in
+    bf16 and an optional bias."""
+
+    def __init__(self, packed: torch.Tensor, scales_zeros: torch.Tensor, in_features: int,
+                 bias: torch.Tensor | None):
+        super().__init__()
+        self.in_features, self.out_features = in_features, scales_zeros.shape[1]
+        self.register_buffer("packed", packed)
+        self.register_buffer("scales_zeros", scales_zeros)
+        self.bias = None if bias is None else nn.Parameter(bias.detach(), requires_grad=False)
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear, dtype: torch.dtype | None = None) -> Int4Linear:
+        """`linear` quantized (`quantize_groups`); its bias in `dtype` (default its weight's)."""
+        bias = None if linear.bias is None else linear.bias.detach().to(dtype or linear.weight.dtype)
+        return cls(*quantize_groups(linear.weight), linear.weight.shape[1], bias)
+
+    def dequantized(self) -> torch.Tensor:
+        """The weight (out, in) in bf16, a tensor of its own (by torch's ops)."""
+        blocks = self.packed.view(self.out_features // 64, self.in_features // 2, 2, 32)
+        q = torch.stack([blocks & 15, blocks >> 4], 2).permute(0, 2, 4, 1, 3).reshape(self.out_features, -1)
+        scale, zero = (self.scales_zeros[..., i].t().float().repeat_interleave(GROUP, 1) for i in (0, 1))
+        return ((q.float() - 8) * scale + zero).to(torch.bfloat16)
+
+    def sampled_weight(self, index: torch.Tensor) -> torch.Tensor:
+        """The weight's values (fp32) at flat indices `index` of its (out, in) shape, read from the packing."""
+        n, k = index // self.in_features, index % self.in_features
+        byte = ((n // 64) * (self.in_features // 2) + k // 2) * 64 + 32 * (k % 2) + n % 32
+        bits = self.packed.reshape(-1)[byte].to(torch.int32)
+        q = torch.where(n % 64 < 32, bits & 15, bits >> 4)
+        sz = self.scales_zeros[k // GROUP, n].float()
+        return ((q - 8) * sz[:, 0] + sz[:, 1]).to(torch.bfloat16).float()  # as `dequantized` rounds
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x (..., in) -> (..., out), in x's dtype."""
+        rows = x.numel() // self.in_features
+        if torch.is_grad_enabled() and x.requires_grad:
+            return F.linear(x, self.dequantized().to(x.dtype), self.bias)
+        if rows <= ROWS:
+            with mark(ROWS_KERNEL):
+                flat = x.reshape(rows, self.in_features).to(torch.bfloat16)
+                out = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.packed, GROUP, self.scales_zeros)
+                out = out.to(x.dtype).view(*x.shape[:-1], self.out_features)
+            return out if self.bias is None else out + self.bias
+        with mark(WIDEN):
+            weight_t = self._widened_t()
+        return F.linear(x, weight_t.t() if x.dtype == torch.bfloat16 else weight_t.t().to(x.dtype), self.bias)
+
+    def _widened_t(self) -> torch.Tensor:
+        """The weight transposed (in, out) in bf16, in the one reused buffer (`bf16_weights.scratch`)."""
+        buffer = scratch(self.in_features * self.out_features, torch.bfloat16).view(self.in_features, -1)
+        functions = int4_kernels()
+        if functions is None or functions.widen_int4(self.packed.data_ptr(), self.out_features, self.in_features,
+                                                     self.scales_zeros.data_ptr(), GROUP, buffer.data_ptr()) != 0:
+            buffer.copy_(self.dequantized().t())
+        return buffer
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, int4, groups of {GROUP}"
+
+
+@functools.cache
+def int4_kernels() -> ctypes.CDLL | None:
+    """`native/int4_weights.c`, built, or None where no compiler builds it or `LOCRET_NATIVE_ROWS` is 0."""
+    if os.environ.get("LOCRET_NATIVE_ROWS") == "0":
+        return None
+    built = native_build.build(native_build.NATIVE / "int4_weights.c")
+    if built is None:
+        return None
+    library = built[0]
+    pointer, size = ctypes.c_void_p, ctypes.c_int64
+    library.widen_int4.restype, library.quantize_int4.restype = ctypes.c_int, ctypes.c_int64
+    library.widen_int4.argtypes = [pointer, size, size, pointer, size, pointer]
+    library.quantize_int4.argtypes = [pointer, size, ctypes.c_float, pointer, pointer, pointer]
+    return library

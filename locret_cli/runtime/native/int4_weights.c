@@ -1,0 +1,112 @@
+/* int4 weights (runtime/int4_linear.py): quantized once when the model loads, and widened to bf16 for each prefill
+ * chunk's product.
+ *
+ * The weights are held as torch packs them for its CPU int4 product (`_convert_weight_to_int4pack_for_cpu` with two
+ * inner k-tiles), which a decode step calls directly: output rows in blocks of 64; in a block, one 64-byte line per
+ * pair of inputs k = 2j, 2j + 1, whose bytes 0-31 hold input 2j and bytes 32-63 input 2j + 1, each byte's low nibble
+ * for the block's output rows 0-31 and its high nibble for rows 32-63. A weight is (q - 8) × scale + zero, with one
+ * scale and zero per output row and group of `group` inputs, stored (in / group, out, 2) in bf16.
+ *
+ * A chunk of many rows multiplies faster by a dense bf16 product than by torch's int4 one, so the weight is widened
+ * into a buffer first. It is written transposed, (in, out): then each packed line widens to two runs of 64
+ * contiguous outputs, which the compiler vectorizes, and the product takes the buffer as the transposed weight.
+ * Each value is computed in fp32 and rounded to bf16 once, to nearest even. Threads (OpenMP, torch's runtime once
+ * torch is loaded) take pairs of inputs.
+ *
+ * widen_int4: packed (out / 64, in / 2, 64) uint8; scales_zeros (in / group, out, 2) bf16; wt (in, out) bf16.
+ * Returns 0, or 1 where out is not a multiple of 64, in not a multiple of group or group not even.
+ *
+ * quantize_int4: w (groups, 32) fp32, each row one group of 32 inputs; q (groups, 32) int32 in 0..15; step and low
+ * (groups,) fp32, with w ≈ low + q × step; returns how many groups kept a grid. A group whose values lie on an evenly spaced grid (each within `slack` of
+ * a step of it) whose range is 15, 14, 13 or 12 of its steps keeps that grid, its step and low fitted by least
+ * squares: a 4-bit GGUF's blocks, dequantized, are held as they were. Any other group spans its range in 15 steps.
+ * runtime/int4_linear.py's `_quantized_block` computes the same with torch's ops.
+ */
+#include <math.h>
+#include <stdint.h>
+
+#define GROUP 32
+
+static inline float widen_bf16(uint16_t b) {
+    union { uint32_t u; float f; } c = {(uint32_t)b << 16};
+    return c.f;
+}
+
+static inline uint16_t round_bf16(float f) { /* to nearest even; the weights hold no NaN */
+    union { float f; uint32_t u; } c = {f};
+    return (uint16_t)((c.u + 0x7fffu + ((c.u >> 16) & 1u)) >> 16);
+}
+
+int widen_int4(const uint8_t *packed, int64_t out, int64_t in, const uint16_t *scales_zeros, int64_t group,
+               uint16_t *wt) {
+    if (out % 64 || group % 2 || in % group)
+        return 1;
+    const int64_t blocks = out / 64, pairs = in / 2;
+#pragma omp parallel for schedule(static)
+    for (int64_t j = 0; j < pairs; j++) {
+        for (int k = 0; k < 2; k++) {
+            const uint16_t *sz = scales_zeros + ((2 * j + k) / group) * out * 2;
+            uint16_t *row = wt + (2 * j + k) * out;
+            for (int64_t b = 0; b < blocks; b++) {
+                const uint8_t *line = packed + (b * pairs + j) * 64 + 32 * k;
+                const uint16_t *low = sz + b * 128, *high = low + 64;
+                uint16_t *first = row + b * 64;
+                for (int c = 0; c < 32; c++) {
+                    first[c] = round_bf16((float)((line[c] & 15) - 8) * widen_bf16(low[2 * c])
+                                          + widen_bf16(low[2 * c + 1]));
+                    first[c + 32] = round_bf16((float)((line[c] >> 4) - 8) * widen_bf16(high[2 * c])
+                                               + widen_bf16(high[2 * c + 1]));
+                }
+            }
+        }
+    }
+    return 0;
+}
+
+static int on_grid(const float *v, float low, float spread, float slack, float *k) {
+    static const int spans[] = {15, 14, 13, 12};
+    for (int s = 0; s < 4; s++) {
+        float step = spread / (float)spans[s];
+        int fits = 1;
+        for (int i = 0; i < GROUP && fits; i++) {
+            float offset = (v[i] - low) / step;
+            k[i] = nearbyintf(offset);
+            fits = fabsf(offset - k[i]) <= slack;
+        }
+        if (fits)
+            return 1;
+    }
+    return 0;
+}
+
+int64_t quantize_int4(const float *w, int64_t groups, float slack, int32_t *q, float *step, float *low) {
+    int64_t kept = 0;
+#pragma omp parallel for schedule(static) reduction(+ : kept)
+    for (int64_t g = 0; g < groups; g++) {
+        const float *v = w + g * GROUP;
+        float lo = v[0], hi = v[0], k[GROUP];
+        for (int i = 1; i < GROUP; i++) {
+            lo = v[i] < lo ? v[i] : lo;
+            hi = v[i] > hi ? v[i] : hi;
+        }
+        float spread = hi - lo > 1.17549435e-38f ? hi - lo : 1.17549435e-38f;
+        if (on_grid(v, lo, spread, slack, k)) {
+            kept++;
+            float mean_k = 0.0f, mean_v = 0.0f, across = 0.0f, square = 0.0f;
+            for (int i = 0; i < GROUP; i++)
+                mean_k += k[i], mean_v += v[i];
+            mean_k /= GROUP, mean_v /= GROUP;
+            for (int i = 0; i < GROUP; i++)
+                across += (k[i] - mean_k) * v[i], square += (k[i] - mean_k) * (k[i] - mean_k);
+            step[g] = across / (square > 1e-12f ? square : 1e-12f);
+            low[g] = mean_v - step[g] * mean_k;
+        } else {
+            step[g] = spread / 15.0f, low[g] = lo;
+            for (int i = 0; i < GROUP; i++)
+                k[i] = nearbyintf((v[i] - lo) / step[g]);
+        }
+        for (int i = 0; i < GROUP; i++)
+            q[g * GROUP + i] = k[i] < 0.0f ? 0 : k[i] > 15.0f ? 15 : (int32_t)k[i];
+    }
+    return kept;
+}
