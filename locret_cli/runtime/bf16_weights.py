@@ -49,7 +49,7 @@ def _linear_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     return F.linear(x, weight, self.bias)
 
 
-_scratch: list[torch.Tensor] = []  # the one buffer that weights widen into, as large as the largest so far
+_scratch: dict[torch.dtype, torch.Tensor] = {}  # the buffer weights widen into, per dtype, as large as the largest
 
 
 def widened(weight: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -62,10 +62,11 @@ def widened(weight: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 def scratch(numel: int, dtype: torch.dtype) -> torch.Tensor:
-    """The first `numel` elements of the one buffer weights widen into (`widened`), in `dtype`, grown as needed."""
-    if not _scratch or _scratch[0].numel() < numel or _scratch[0].dtype != dtype:
-        _scratch[:] = [torch.empty(max(numel, _scratch[0].numel() if _scratch else 0), dtype=dtype)]
-    return _scratch[0][:numel]
+    """The first `numel` elements of the one buffer of `dtype` that weights widen into (`widened`), grown as needed
+    (one per dtype: a model mixing int8 weights widened to fp32 with 4-bit ones widened to bf16 keeps both)."""
+    if dtype not in _scratch or _scratch[dtype].numel() < numel:
+        _scratch[dtype] = torch.empty(numel, dtype=dtype)
+    return _scratch[dtype][:numel]
 
 
 def _embedding_forward(self: nn.Embedding, ids: torch.Tensor) -> torch.Tensor:

@@ -29,7 +29,7 @@ from torch import nn
 
 from locret_cli.core.profile_marks import ROWS_KERNEL, WIDEN, mark
 from locret_cli.runtime import native_build
-from locret_cli.runtime.bf16_weights import scratch
+from locret_cli.runtime.bf16_weights import scratch, widened
 
 GROUP = 32  # inputs per scale and zero
 ROWS = 4  # inputs of at most this many rows go to torch's int4 product; more are a chunk, widened
@@ -157,7 +157,8 @@ class Int4Linear(nn.Module):
             return out if self.bias is None else out + self.bias
         with mark(WIDEN):
             weight_t = self._widened_t()
-        return F.linear(x, weight_t.t() if x.dtype == torch.bfloat16 else weight_t.t().to(x.dtype), self.bias)
+        weight = weight_t.t() if x.dtype == torch.bfloat16 else widened(weight_t.t(), x.dtype)  # fp32: a buffer too
+        return F.linear(x, weight, self.bias)
 
     def _widened_t(self) -> torch.Tensor:
         """The weight transposed (in, out) in bf16, in the one reused buffer (`bf16_weights.scratch`)."""
