@@ -135,3 +135,14 @@ def test_where_some_layers_lie_on_4bit_grids_the_others_keep_8_bits():
     assert four_bit_layers(file_mix) == [True, False, False, True]  # 32 outputs: torch does not pack it
     plain = [linear(128, 64, False), linear(64, 128, False), linear(32, 64, False)]
     assert four_bit_layers(plain) == [True, True, False]  # no grid anywhere: every layer torch packs
+
+
+def test_torchs_packing_is_read_back_value_for_value():
+    torch.manual_seed(4)
+    q = torch.randint(0, 16, (192, 128), dtype=torch.int32)
+    packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 2)
+    ones = torch.stack([torch.ones(128 // GROUP, 192), torch.full((128 // GROUP, 192), 8.0)], -1).to(torch.bfloat16)
+    int4 = Int4Linear(packed, ones, 128, None)  # (q - 8) × 1 + 8 = q
+    assert torch.equal(int4.dequantized().to(torch.int32), q)
+    assert torch.equal(int4._widened_t().t().to(torch.int32), q)
+    assert torch.equal(int4.sampled_weight(torch.arange(q.numel())).to(torch.int32), q.reshape(-1))
