@@ -146,3 +146,18 @@ def test_torchs_packing_is_read_back_value_for_value():
     assert torch.equal(int4.dequantized().to(torch.int32), q)
     assert torch.equal(int4._widened_t().t().to(torch.int32), q)
     assert torch.equal(int4.sampled_weight(torch.arange(q.numel())).to(torch.int32), q.reshape(-1))
+
+
+def test_load_int4_hands_back_each_weight_it_quantized_and_keeps_the_files_numbers(tmp_path, monkeypatch):
+    from safetensors.torch import load_file
+
+    folder = save_model_dir(tiny_model("llama").to(torch.bfloat16), tmp_path / "llama")
+    stored = load_file(folder / "model.safetensors")
+    monkeypatch.setattr(int4_linear, "BLOCK_ROWS", 64)  # several blocks, each handed back in turn
+    model = load_model(str(folder), device="cpu", dtype="bf16", load_int4=True).model
+    monkeypatch.undo()  # the references below in one block each: blocks quantize as the whole weight does
+    quantized = [(name, layer) for name, layer in model.named_modules() if isinstance(layer, Int4Linear)]
+    assert len(quantized) == 2 * 5
+    for name, layer in quantized:
+        packed, scales_zeros = quantize_groups(stored[f"{name}.weight"])
+        assert torch.equal(layer.packed, packed) and torch.equal(layer.scales_zeros, scales_zeros)

@@ -30,6 +30,7 @@ from torch import nn
 from locret_cli.core.profile_marks import ROWS_KERNEL, WIDEN, mark
 from locret_cli.runtime import native_build
 from locret_cli.runtime.bf16_weights import scratch, widened
+from locret_cli.runtime.mapped_pages import CheckpointPages
 
 GROUP = 32  # inputs per scale and zero
 ROWS = 4  # inputs of at most this many rows go to torch's int4 product; more are a chunk, widened
@@ -44,11 +45,12 @@ def takes(linear: nn.Linear) -> bool:
     return out % 64 == 0 and inputs % GROUP == 0
 
 
-def quantize_groups(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def quantize_groups(weight: torch.Tensor, pages: CheckpointPages | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(packed, scales_zeros) for `weight` (out, in): the 4-bit values in torch's CPU packing (out, in / 2) uint8, and
     per group of `GROUP` inputs and output row the scale and zero (in / GROUP, out, 2) in bf16, with weight ≈
     (q - 8) × scale + zero. `BLOCK_ROWS` rows at a time (a multiple of 64: torch packs blocks of 64 rows apart), so
-    that the intermediates of an output layer stay small."""
+    that the intermediates of an output layer stay small; with `pages`, each block's checkpoint pages are handed back
+    once it is quantized, as `int8_linear.quantize_rows` hands them back."""
     out, inputs = weight.shape
     packed = torch.empty(out, inputs // 2, dtype=torch.uint8)
     step, low = torch.empty(out, inputs // GROUP), torch.empty(out, inputs // GROUP)
@@ -56,6 +58,8 @@ def quantize_groups(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         rows = slice(first, first + BLOCK_ROWS)
         q, step[rows], low[rows], _ = quantized_block(weight.detach()[rows].float().contiguous())
         packed[rows] = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 2)
+        if pages is not None:
+            pages.release(weight.detach()[rows])
     zero = low + 8 * step  # torch's form: (q - 8) × scale + zero
     return packed, torch.stack([step, zero], -1).transpose(0, 1).contiguous().to(torch.bfloat16)
 
@@ -123,10 +127,11 @@ class Int4Linear(nn.Module):
         self.bias = None if bias is None else nn.Parameter(bias.detach(), requires_grad=False)
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear, dtype: torch.dtype | None = None) -> Int4Linear:
-        """`linear` quantized (`quantize_groups`); its bias in `dtype` (default its weight's)."""
+    def from_linear(cls, linear: nn.Linear, dtype: torch.dtype | None = None,
+                    pages: CheckpointPages | None = None) -> Int4Linear:
+        """`linear` quantized (`quantize_groups`, with `pages`); its bias in `dtype` (default its weight's)."""
         bias = None if linear.bias is None else linear.bias.detach().to(dtype or linear.weight.dtype)
-        return cls(*quantize_groups(linear.weight), linear.weight.shape[1], bias)
+        return cls(*quantize_groups(linear.weight, pages), linear.weight.shape[1], bias)
 
     def dequantized(self) -> torch.Tensor:
         """The weight (out, in) in bf16, a tensor of its own (by torch's ops)."""

@@ -150,8 +150,7 @@ def quantize_linears(model: nn.Module, bits: int = 8) -> int:
             bias = None if child.bias is None else child.bias.to(quantized.weight_scale.dtype)
             setattr(parent, name, Int8Linear(quantized.weight, quantized.weight_scale, bias))
         elif in_4bits:
-            setattr(parent, name, int4_linear.Int4Linear.from_linear(child, computes_in))
-            pages.release(child.weight.detach())
+            setattr(parent, name, int4_linear.Int4Linear.from_linear(child, computes_in, pages))
         else:
             setattr(parent, name, Int8Linear.from_linear(child, computes_in, pages))
         trim_heap()  # its blocks' fp32 temporaries, freed among live int8 weights, else kept resident by glibc
