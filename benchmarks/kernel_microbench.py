@@ -229,8 +229,10 @@ def step_rows(name: str, shapes: list, splits: list, layers: int, head: tuple[in
 def int8_rows() -> None:
     """One decode step's linears of Qwen2.5-1.5B (the modules apart, as the model holds them), one row each, all
     distinct weights: rows in fp32 (a CPU computing in fp32) and bf16 (one computing in bf16), against weights in
-    the compute dtype by F.linear, bf16 weights by locret's kernel, and int8 weights with a scale per row by locret's
-    kernel and by torch's `_weight_int8pack_mm`."""
+    the compute dtype by F.linear, bf16 weights by locret's kernel, int8 weights with a scale per row by locret's
+    kernel and by torch's `_weight_int8pack_mm`, and 4-bit weights (`--load-int4`'s packing, groups of 32) by
+    torch's `_weight_int4pack_mm_for_cpu` (the row rounded to bf16 for it; the bytes counted with the scales)."""
+    from locret_cli.runtime.int4_linear import GROUP, quantize_groups
     from locret_cli.runtime.native_rows import int8_kernels, int8_rows_product, rows_product
 
     if int8_kernels() is None:
@@ -239,8 +241,9 @@ def int8_rows() -> None:
     shapes = [(o, i) for (_, i), split in zip(QWEN15_LINEARS, splits) for o in split] * 28 + [(151936, 1536)]
     count = sum(o * i for o, i in shapes)
     print(f"| rows | weights in the compute dtype, F.linear | bf16, locret's kernel | int8, locret's kernel | "
-          f"int8, `_weight_int8pack_mm` | ({count / 1e9:.2f} G weights a step) |")
-    print("|---|---:|---:|---:|---:|---|")
+          f"int8, `_weight_int8pack_mm` | 4-bit, `_weight_int4pack_mm_for_cpu` | ({count / 1e9:.2f} G weights a "
+          "step) |")
+    print("|---|---:|---:|---:|---:|---:|---|")
     for dtype in (torch.float32, torch.bfloat16):
         inputs = {i: torch.randn(1, i, dtype=dtype) for _, i in shapes}
         cells = []
@@ -250,10 +253,12 @@ def int8_rows() -> None:
                           (lambda o, i: (torch.randint(-127, 128, (o, i), dtype=torch.int8), torch.rand(o, dtype=dtype)),
                            lambda x, q, s: int8_rows_product(x, q, s, None)),
                           (lambda o, i: (torch.randint(-127, 128, (o, i), dtype=torch.int8), torch.rand(o, dtype=dtype)),
-                           lambda x, q, s: torch._weight_int8pack_mm(x, q, s))):
-            weights = [make(o, i) for o, i in shapes]
-            took = seconds(lambda: [way(inputs[w[0].shape[1]], *w) for w in weights], 10)
-            size = sum(w[0].numel() * w[0].element_size() for w in weights)
+                           lambda x, q, s: torch._weight_int8pack_mm(x, q, s)),
+                          (lambda o, i: quantize_groups(torch.randn(o, i, dtype=torch.bfloat16) * 0.02),
+                           lambda x, p, sz: torch.ops.aten._weight_int4pack_mm_for_cpu(x.bfloat16(), p, GROUP, sz))):
+            weights = [(i, make(o, i)) for o, i in shapes]  # by width: a 4-bit packing's rows are half as wide
+            took = seconds(lambda: [way(inputs[i], *w) for i, w in weights], 10)
+            size = sum(t.numel() * t.element_size() for _, w in weights for t in w)
             cells.append(f"{1e3 * took:.1f} ms ({size / took / 1e9:.1f} GB/s)")
             weights.clear()
         print(f"| {str(dtype).removeprefix('torch.')} | " + " | ".join(cells) + " | |")

@@ -98,17 +98,18 @@ def test_the_model_keeps_the_identity_of_its_fp32_self(pair):
 
 @needs_kernel
 @pytest.mark.parametrize("rows", [1, 2, 4])
-@pytest.mark.parametrize("width", [64, 67, 1536])  # whole blocks of 32, a tail of 3, a model's width
+@pytest.mark.parametrize("width", [64, 67, 80, 1536])  # whole blocks, a tail of 3, of 16, a model's width
 @pytest.mark.parametrize("bias", [False, True])
-def test_the_kernel_computes_the_fp32_product_of_a_few_rows(rows, width, bias):
+@pytest.mark.parametrize("out", [40, 43])  # outputs in four quarters, and three more
+def test_the_kernel_computes_the_fp32_product_of_a_few_rows(rows, width, bias, out):
     generator = torch.Generator().manual_seed(0)
-    weight = torch.randn(40, width, generator=generator).bfloat16()
-    b = torch.randn(40, generator=generator) if bias else None
+    weight = torch.randn(out, width, generator=generator).bfloat16()
+    b = torch.randn(out, generator=generator) if bias else None
     x = torch.randn(rows, width, generator=generator)
     got = native_rows.rows_product(x, weight, b).double()
     exact = F.linear(x.double(), weight.double(), None if b is None else b.double())
     bound = (width + 1) * 2.0 ** -24 * (x.double().abs() @ weight.double().abs().T + (0 if b is None else b.abs()))
-    assert got.shape == (rows, 40) and bool(((got - exact).abs() <= bound).all())  # fp32 summation's error bound
+    assert got.shape == (rows, out) and bool(((got - exact).abs() <= bound).all())  # fp32 summation's error bound
 
 
 def test_the_kernel_leaves_chunks_and_other_weights_to_torch():

@@ -19,6 +19,7 @@ from locret_cli.core.answer.compiled_step import ATTRIBUTE, CompiledStep, compil
 from locret_cli.core.engine import Engine
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.core.policies.locret import LocretPolicy
+from locret_cli.runtime import int8_linear
 from locret_cli.runtime.int8_linear import quantize_linears
 from locret_cli.settings import AnswerSettings, ReadSettings
 
@@ -114,9 +115,17 @@ def test_the_cli_answers_the_same_compiled_and_refuses_a_model_it_cannot_compile
         refused.output
 
 
-def test_int8_weights_are_compiled_too(monkeypatch):
+@pytest.mark.parametrize("bits", [8, 4])
+def test_int8_and_4bit_weights_are_compiled_too(bits, monkeypatch):
     model = tiny_model("llama").to(torch.bfloat16)
-    quantize_linears(model)
+    quantize_linears(model, bits)
+    kinds = {type(module).__name__ for module in model.modules()}
+    assert ("Int4Linear" in kinds) is (bits == 4) and "Int8Linear" in kinds  # 4 bits: k/v and the head stay int8
     assert compile_decode(model)
     own_step_calls(model, monkeypatch, allowed=False)
-    assert answer(model, True)[0] == answer(model, False)[0]
+    rows = []
+    monkeypatch.setattr("locret_cli.runtime.int8_linear.int8_rows_product",
+                        lambda x, *rest, real=int8_linear.int8_rows_product: rows.append(x.shape[0]) or real(x, *rest))
+    compiled = answer(model, True)[0]
+    assert 1 in rows  # the graph's steps call locret's int8 kernel through its operator (the question is 3 rows)
+    assert compiled == answer(model, False)[0]

@@ -41,23 +41,25 @@ def exact_product(layer: Int8Linear, x: torch.Tensor) -> tuple[torch.Tensor, tor
 
 @needs_kernel
 @pytest.mark.parametrize("rows", [1, 2, 4])
-@pytest.mark.parametrize("width", [64, 67, 1536])  # whole blocks of 32, a tail of 3, a model's width
+@pytest.mark.parametrize("width", [64, 67, 80, 1536])  # whole blocks, a tail of 3, of 16, a model's width
 @pytest.mark.parametrize("bias", [False, True])
-def test_fp32_rows_are_the_dequantized_product_to_within_fp32_rounding(rows, width, bias):
-    layer = quantized(40, width, torch.float32, bias, width + rows)
+@pytest.mark.parametrize("out", [40, 43])  # outputs in four quarters, and three more
+def test_fp32_rows_are_the_dequantized_product_to_within_fp32_rounding(rows, width, bias, out):
+    layer = quantized(out, width, torch.float32, bias, width + rows)
     x = torch.randn(rows, width, generator=torch.Generator().manual_seed(rows))
     got = native_rows.int8_rows_product(x, layer.weight, layer.weight_scale, layer.bias)
     exact, bound = exact_product(layer, x)
-    assert got.dtype == torch.float32 and got.shape == (rows, 40)
+    assert got.dtype == torch.float32 and got.shape == (rows, out)
     assert bool(((got.double() - exact).abs() <= bound).all())
 
 
 @needs_kernel
 @pytest.mark.parametrize("rows", [1, 3])
-@pytest.mark.parametrize("width", [64, 67, 1536])
+@pytest.mark.parametrize("width", [64, 67, 80, 1536])
 @pytest.mark.parametrize("bias", [False, True])
-def test_bf16_rows_are_the_dequantized_product_rounded_once_to_bf16(rows, width, bias):
-    layer = quantized(40, width, torch.bfloat16, bias, width + rows)
+@pytest.mark.parametrize("out", [40, 43])
+def test_bf16_rows_are_the_dequantized_product_rounded_once_to_bf16(rows, width, bias, out):
+    layer = quantized(out, width, torch.bfloat16, bias, width + rows)
     x = torch.randn(rows, width, generator=torch.Generator().manual_seed(rows)).bfloat16()
     got = native_rows.int8_rows_product(x, layer.weight, layer.weight_scale, layer.bias)
     exact, bound = exact_product(layer, x)

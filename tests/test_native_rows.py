@@ -26,18 +26,19 @@ FAMILY_NAMES = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "mistral":
 
 @needs_kernel
 @pytest.mark.parametrize("rows", [1, 2, 4])
-@pytest.mark.parametrize("width", [64, 67, 1536])  # whole blocks of 32, a tail of 3, a model's width
+@pytest.mark.parametrize("width", [64, 67, 80, 1536])  # whole blocks, a tail of 3, of 16, a model's width
 @pytest.mark.parametrize("bias", [False, True])
-def test_bf16_rows_are_the_product_rounded_once_to_bf16(rows, width, bias):
+@pytest.mark.parametrize("out", [40, 43])  # outputs in four quarters, and three more
+def test_bf16_rows_are_the_product_rounded_once_to_bf16(rows, width, bias, out):
     generator = torch.Generator().manual_seed(width + rows)
-    weight = torch.randn(40, width, generator=generator).bfloat16()
-    b = torch.randn(40, generator=generator).bfloat16() if bias else None
+    weight = torch.randn(out, width, generator=generator).bfloat16()
+    b = torch.randn(out, generator=generator).bfloat16() if bias else None
     x = torch.randn(rows, width, generator=generator).bfloat16()
     got = native_rows.rows_product(x, weight, b)
     exact = F.linear(x.double(), weight.double(), None if b is None else b.double())
     bound = (width + 1) * 2.0 ** -24 * (x.double().abs() @ weight.double().abs().T + (0 if b is None else
                                                                                        b.double().abs()))
-    assert got.dtype == torch.bfloat16 and got.shape == (rows, 40) and within_rounding(got, exact, bound)
+    assert got.dtype == torch.bfloat16 and got.shape == (rows, out) and within_rounding(got, exact, bound)
 
 
 @needs_kernel

@@ -133,7 +133,6 @@ def test_the_locret_policy_is_refused_on_a_model_without_heads():
     (ModelSpec("some/model", arch="smollm2-135m"), "choose model or arch"),
     (ModelSpec("some/model", load_4bit=True, load_8bit=True), "choose one of load_4bit, load_8bit and load_int4"),
     (ModelSpec("some/model", load_8bit=True, load_int4=True), "choose one of load_4bit, load_8bit and load_int4"),
-    (ModelSpec("some/model", load_int4=True, compile_decode=True), "CPU int4 product; it does not combine"),
     (ModelSpec("some/model", load_int4=True, device="cuda"), "CPU int4 product; it does not combine"),
     (ModelSpec(load_int4=True), "the embedded model is already tiny"),
     (ModelSpec("some/model", max_memory="1GiB", load_int4=True), "max_memory keeps bf16"),

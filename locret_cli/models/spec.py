@@ -68,9 +68,9 @@ class ModelSpec:
             raise SettingError("choose {model} or {arch}, not both")
         if sum((self.load_4bit, self.load_8bit, self.load_int4)) > 1:
             raise SettingError("choose one of {load_4bit}, {load_8bit} and {load_int4}")
-        if self.load_int4 and (self.compile_decode or self._on_cuda()):
+        if self.load_int4 and self._on_cuda():
             raise SettingError("{load_int4} holds weights for torch's CPU int4 product; it does not combine with "
-                               "{compile_decode} or {device} cuda")
+                               "{device} cuda")
         if self.arch is not None:
             from locret_cli.models.arch import PRESETS
 

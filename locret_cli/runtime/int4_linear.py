@@ -155,15 +155,21 @@ class Int4Linear(nn.Module):
         if torch.is_grad_enabled() and x.requires_grad:
             return F.linear(x, self.dequantized().to(x.dtype), self.bias)
         if rows <= ROWS:
+            if torch.compiler.is_compiling():  # a compiled step (`--compile-decode`) traces the product alone
+                return self._rows_product(x, rows)
             with mark(ROWS_KERNEL):
-                flat = x.reshape(rows, self.in_features).to(torch.bfloat16)
-                out = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.packed, GROUP, self.scales_zeros)
-                out = out.to(x.dtype).view(*x.shape[:-1], self.out_features)
-            return out if self.bias is None else out + self.bias
+                return self._rows_product(x, rows)
         with mark(WIDEN):
             weight_t = self._widened_t()
         weight = weight_t.t() if x.dtype == torch.bfloat16 else widened(weight_t.t(), x.dtype)  # fp32: a buffer too
         return F.linear(x, weight, self.bias)
+
+    def _rows_product(self, x: torch.Tensor, rows: int) -> torch.Tensor:
+        """x's `rows` rows by torch's int4 product, plus the bias: (..., out) in x's dtype."""
+        flat = x.reshape(rows, self.in_features).to(torch.bfloat16)
+        out = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.packed, GROUP, self.scales_zeros)
+        out = out.to(x.dtype).view(*x.shape[:-1], self.out_features)
+        return out if self.bias is None else out + self.bias
 
     def _widened_t(self) -> torch.Tensor:
         """The weight transposed (in, out) in bf16, in the one reused buffer (`bf16_weights.scratch`)."""

@@ -42,6 +42,20 @@ from locret_cli.runtime.native_rows import int8_rows_product
 BLOCK_ROWS = 4096  # rows quantized at a time
 
 
+def _kernel_rows(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """x's rows times int8 `weight` with `scale` by locret's kernel, else torch's product (one row, the CPU)."""
+    out = int8_rows_product(x, weight, scale, None)
+    return out if out is not None else torch._weight_int8pack_mm(x, weight, scale)
+
+
+# the kernel as an operator a compiled step (`--compile-decode`) calls in its graph: a ctypes call does not trace, and
+# torch's own product runs at about half the memory's rate here (docs/measurements/memory.md)
+_LIBRARY = torch.library.Library("locret", "FRAGMENT")
+_LIBRARY.define("int8_rows(Tensor x, Tensor weight, Tensor scale) -> Tensor")
+_LIBRARY.impl("int8_rows", _kernel_rows, "CPU")
+_LIBRARY.impl("int8_rows", lambda x, weight, scale: x.new_empty(x.shape[0], weight.shape[0]), "Meta")
+
+
 def quantize_rows(weight: torch.Tensor, dtype: torch.dtype | None = None,
                   pages: CheckpointPages | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(q, scale) for `weight` (out, in): q int8 (out, in), scale (out,) in `dtype` (the dtype the model computes
@@ -104,7 +118,7 @@ class Int8Linear(nn.Module):
     def _torch_product(self, x: torch.Tensor) -> torch.Tensor:
         """torch's product: one row on the CPU by `_weight_int8pack_mm`, else with the weight dequantized."""
         if x.numel() == x.shape[-1] and x.device.type == "cpu":
-            out = torch._weight_int8pack_mm(x.reshape(1, -1), self.weight, self.weight_scale).view(*x.shape[:-1], -1)
+            out = torch.ops.locret.int8_rows(x.reshape(1, -1), self.weight, self.weight_scale).view(*x.shape[:-1], -1)
             return out if self.bias is None else out + self.bias
         return F.linear(x, self.dequantized(), self.bias)
 

@@ -79,7 +79,7 @@ def joint_linear(modules: list[nn.Module], x: torch.Tensor) -> list[torch.Tensor
         out = F.linear(x, torch.cat([m.weight for m in modules]).to(x.dtype), bias)
     elif all(int8_rows(m) and m.bias is None for m in modules):
         weight, scale = torch.cat([m.weight for m in modules]), torch.cat([m.weight_scale for m in modules])
-        out = torch._weight_int8pack_mm(x.reshape(1, -1), weight, scale).view(*x.shape[:-1], -1)
+        out = torch.ops.locret.int8_rows(x.reshape(1, -1), weight, scale).view(*x.shape[:-1], -1)
     else:
         return [linear(m, x) for m in modules]
     return list(out.split([m.out_features for m in modules], -1))
