@@ -16,7 +16,8 @@
                                                        # packs them), locret's rows kernel on the weights in place
     python benchmarks/kernel_microbench.py int8-rows # the same Qwen2.5-1.5B step, fp32 and bf16 rows: the weights
                                                        # fp32, bf16 by locret's kernel, int8 by locret's kernel and
-                                                       # by torch's `_weight_int8pack_mm` (`--load-8bit`)
+                                                       # by torch's `_weight_int8pack_mm` (`--load-8bit`), 4-bit
+                                                       # by torch's int4 product (`--load-int4`)
 
 Each time is the mean of repeated calls after warm-up, in a process doing nothing else.
 """

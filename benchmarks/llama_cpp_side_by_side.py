@@ -4,12 +4,13 @@
         --model runs/qwen1.5b/qwen2.5-coder-1.5b-instruct --lengths 8k,32k [--variants stored,int8] > side.md
 
 llama.cpp (`pip install llama-cpp-python`, which compiles it from its sdist on this machine: build it into a
-benchmark venv, never CI's; `--llama-python` names its Python) reads the GGUF file, its weights staying 4-bit, and evaluates the first N tokens of the
+benchmark venv, never CI's, with `--no-cache-dir`: pip otherwise reuses a wheel built earlier with other
+`CMAKE_ARGS`; `--llama-python` names its Python) reads the GGUF file, its weights staying 4-bit, and evaluates the first N tokens of the
 handbook (`samples/handbook.txt`) in batches of 512, then decodes `--decode` greedy tokens. locret reads its
 converted folder of the same file through `locret bench` (its own fresh process per cell; a generated document of N
 tokens; the locret policy at the model's recorded settings, and `--policy full`), and decodes as many tokens.
 `--variants` names the ways locret's rows load the model (`VARIANTS`): `stored` (the weights as the folder stores
-them, bf16), `int8` (`--load-8bit`), `fp32-weights` (`LOCRET_BF16_WEIGHTS=0`: widened to fp32 when they load, as
+them, bf16), `int8` (`--load-8bit`), `int4` (`--load-int4`), `fp32-weights` (`LOCRET_BF16_WEIGHTS=0`: widened to fp32 when they load, as
 before `runtime/bf16_weights.py`, where the CPU computes in fp32) and `packed` (`LOCRET_NATIVE_ROWS=0`: one-row
 products through oneDNN's packed copy of the weights, as before `runtime/native_rows.py`, where it computes in
 bf16). Every cell runs alone, one after another, with the same thread count: run nothing else meanwhile. Prints a markdown table and writes the raw figures as JSON lines to
@@ -32,6 +33,7 @@ BATCH = 512
 VARIANTS = {  # name -> (environment, bench options, the rows' label)
     "stored": ({}, [], ""),
     "int8": ({}, ["--load-8bit"], ", int8 weights"),
+    "int4": ({}, ["--load-int4"], ", 4-bit weights"),
     "fp32-weights": ({"LOCRET_BF16_WEIGHTS": "0"}, [], ", fp32 weights"),
     "packed": ({"LOCRET_NATIVE_ROWS": "0"}, [], ", oneDNN-packed copy"),
 }
