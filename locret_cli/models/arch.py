@@ -12,9 +12,8 @@ from transformers import AutoModelForCausalLM, Gemma3TextConfig, GenerationConfi
 from locret_cli.core.heads import RetainingHeads, compute_dtype
 from locret_cli.errors import LocretError
 from locret_cli.inputs.tokenizer import TiktokenTokenizer
-from locret_cli.models.loading import LoadedModel, choose_dtype, resolve_device
+from locret_cli.models.loading import LoadedModel, bits, choose_dtype, quantize, resolve_device
 from locret_cli.runtime import bf16_weights
-from locret_cli.runtime.int8_linear import quantize_linears
 
 PRESETS = {
     # HuggingFaceTB/SmolLM2-135M-Instruct
@@ -122,12 +121,11 @@ def random_session_parts(preset: str, device: str = "auto", dtype: str = "auto",
     model = random_model(preset, torch.bfloat16 if widened else chosen.dtype, device=where)
     if widened:
         bf16_weights.keep_bf16_weights(model)
-    if load_8bit or load_int4:
-        quantize_linears(model, 4 if load_int4 else 8)
+    linear_bits = bits(load_8bit, load_int4)
+    quantized = quantize(model, linear_bits)
     torch.manual_seed(0)
     heads = RetainingHeads.for_model(model).to(device=where, dtype=compute_dtype(model)).eval()
-    kept = "; weights quantized from bf16" if load_8bit or load_int4 else "; weights kept bf16 as stored"
-    bits = "; linear weights in int4" if load_int4 else "; linear weights in int8" if load_8bit else ""
-    reason = chosen.reason + (kept if widened else "") + bits
+    kept = "; weights quantized from bf16" if linear_bits else "; weights kept bf16 as stored"
+    reason = chosen.reason + (kept if widened else "") + quantized
     loaded = LoadedModel(model, TiktokenTokenizer.byte_level(), f"{preset} shape, random weights", {}, reason)
     return loaded, heads

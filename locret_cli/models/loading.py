@@ -152,11 +152,18 @@ def stored_dtype(source: str, trust_remote_code: bool = False) -> torch.dtype | 
     return dtype if isinstance(dtype, torch.dtype) else None
 
 
+def quantize(model, linear_bits: int | None) -> str:
+    """Hold `model`'s linear weights in `linear_bits` (`quantize_linears`; None leaves them as loaded): what the
+    dtype's reason gains."""
+    if linear_bits is None:
+        return ""
+    quantize_linears(model, linear_bits)
+    return f"; linear weights in {'int4' if linear_bits == 4 else 'int8'}"
+
+
 def _checked(model, tokenizer, name: str, dtype_reason: str, linear_bits: int | None = None) -> LoadedModel:
     model.eval()
-    if linear_bits is not None:
-        quantize_linears(model, linear_bits)
-        dtype_reason += f"; linear weights in {'int4' if linear_bits == 4 else 'int8'}"
+    dtype_reason += quantize(model, linear_bits)
     check_supported(model.config)
     check_projections(model)
     return LoadedModel(model, tokenizer, name, {}, dtype_reason)

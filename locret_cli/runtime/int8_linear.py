@@ -103,22 +103,23 @@ class Int8Linear(nn.Module):
         """x (..., in) in the scale's dtype -> (..., out)."""
         if torch.is_grad_enabled() and x.requires_grad:
             return F.linear(x, self.dequantized(), self.bias)
-        if torch.compiler.is_compiling():  # a compiled step (`--compile-decode`) traces torch's ops, not ctypes calls
-            return self._torch_product(x)
+        if torch.compiler.is_compiling():  # a compiled step (`--compile-decode`) traces operators, not ctypes calls
+            return self._operator_product(x, torch.ops.locret.int8_rows)
         with mark(ROWS_KERNEL):
             out = int8_rows_product(x, self.weight, self.weight_scale, self.bias)
         if out is not None:
             return out
         if x.device.type != "cpu" or x.numel() == x.shape[-1]:
-            return self._torch_product(x)
+            return self._operator_product(x)
         with mark(WIDEN):
             weight = widened(self.weight, self.weight_scale.dtype).mul_(self.weight_scale[:, None])
         return F.linear(x, weight, self.bias)
 
-    def _torch_product(self, x: torch.Tensor) -> torch.Tensor:
-        """torch's product: one row on the CPU by `_weight_int8pack_mm`, else with the weight dequantized."""
+    def _operator_product(self, x: torch.Tensor, one_row=torch._weight_int8pack_mm) -> torch.Tensor:
+        """An operator's product: one row on the CPU by `one_row` (torch's `_weight_int8pack_mm`, or in a compiled
+        step locret's kernel as `locret::int8_rows`), else with the weight dequantized."""
         if x.numel() == x.shape[-1] and x.device.type == "cpu":
-            out = torch.ops.locret.int8_rows(x.reshape(1, -1), self.weight, self.weight_scale).view(*x.shape[:-1], -1)
+            out = one_row(x.reshape(1, -1), self.weight, self.weight_scale).view(*x.shape[:-1], -1)
             return out if self.bias is None else out + self.bias
         return F.linear(x, self.dequantized(), self.bias)
 
