@@ -162,7 +162,8 @@ def run(session: Session, policy: str, sets: list[str], lengths: list[int], coun
                                      "peak_bytes": peak_memory(session.loaded.model.device)[0],
                                      "settings": {"budget": settings.budget, "chunk_size": settings.chunk_size,
                                                   "stabilizers": settings.stabilizers, "span": settings.span,
-                                                  "lazy_after": settings.lazy_after},
+                                                  "lazy_after": settings.lazy_after,
+                                                  "question_share": settings.question_share},
                                      "finished_at": time.time()})
                 with out.open("a") as log:
                     log.writelines(json.dumps(row) + "\n" for row in rows)
@@ -272,6 +273,8 @@ def main() -> None:
     parser.add_argument("--stabilizers", type=int)
     parser.add_argument("--span", type=int, help="keep entries in blocks of this many tokens (--span)")
     parser.add_argument("--lazy-after", type=int, help="lazy prefill above this many layers (--lazy-after)")
+    parser.add_argument("--question-share", type=float, help="the share of the budget kept by the questions' "
+                        "attention (--question-share): each document is read for all the questions asked of it")
     parser.add_argument("--load-8bit", action="store_true", help="int8 weights (--load-8bit)")
     parser.add_argument("--prose-packages", type=Path, default=Path("runs/prose-packages"))
     parser.add_argument("--configs", default=",".join(CONFIGS), help="the configurations to run")
@@ -288,7 +291,7 @@ def main() -> None:
                 parser.error(f"--shipped-settings: no heads are shipped for {args.model}")
             session = Session(replace(session.loaded, defaults=shipped.defaults), session.heads, session.reader)
         given = (("budget", args.budget), ("chunk_size", args.chunk_size), ("stabilizers", args.stabilizers),
-                 ("span", args.span), ("lazy_after", args.lazy_after))
+                 ("span", args.span), ("lazy_after", args.lazy_after), ("question_share", args.question_share))
         overrides = dict(given)  # read_settings ignores the ones not given (None)
         if args.oracle == PASSAGE_KEPT and not set(args.sets.split(",")) <= set(NATURAL):
             parser.error(f"--oracle {PASSAGE_KEPT} needs the answers' places: --sets natural or natural-validation")

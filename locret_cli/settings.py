@@ -83,6 +83,10 @@ class ReadSettings:
                              choices=POSITION_MODES)
     score_pool: int = setting(1, "locret: each score becomes the best within this many neighbouring tokens (odd), "
                                  "so a highly rated entry keeps its neighbours.", odd=True, policy="locret")
+    question_share: float = setting(0.0, "locret: where the read knows its questions (ask), this share of the budget "
+                                         "is kept by the attention the question pays the document after every "
+                                         "chunk, the rest by the heads; 0: the read ignores the question, so a "
+                                         "read serves any question.", minimum=0, at_most=1, policy="locret")
     span: int = setting(1, "Keep or drop entries in blocks of this many document tokens, each ranked by its best "
                            "score, so that what is kept reads as text; 1: each entry on its own.", minimum=1)
     kv_bits: int = setting(16, "Bits per cached key and value: 16 (as the model makes them), 8 or 4 (quantized per "

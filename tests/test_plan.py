@@ -78,7 +78,7 @@ def test_a_policys_own_knob_goes_to_that_policy_alone():
     assert planned("locret", FACTS, {"score_pool": 3}).warnings == ()
     assert planned("snapkv", FACTS, ReadSettings(budget=90, stabilizers=20)).warnings == ()  # whole: its default
     owned = {spec.name: spec.metadata["policy"] for spec in fields(ReadSettings) if spec.metadata["policy"]}
-    assert owned == {"score_pool": "locret"}
+    assert owned == {"score_pool": "locret", "question_share": "locret"}
     assert all(name in POLICIES[owner].knobs for name, owner in owned.items())  # declared by the policy it names
     model = tiny_model("llama")
     assert make_policy("locret", model, RetainingHeads(ModelShape.from_config(model.config)),

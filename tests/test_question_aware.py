@@ -120,4 +120,5 @@ def test_the_command_line_reads_for_questions_and_refuses_finch_without_them(doc
     assert json.loads(done.stdout)["read_for"] == ["What is the gate code of the north depot?"]
     ignored = runner.invoke(app, ["read", str(document), "-o", str(tmp_path / "plain.locret"), "-Q", "Why?", "--json"])
     assert ignored.exit_code == 0 and json.loads(ignored.stdout)["read_for"] == []
-    assert "questions steer only --policy finch; locret read the document question-agnostic" in ignored.stderr
+    assert ("questions steer only --policy finch, or locret with --question-share above 0; locret read the document "
+            "question-agnostic") in ignored.stderr

@@ -136,11 +136,12 @@ def resolve(facts: ModelFacts, read: GivenSettings = None, answer: GivenSettings
         raise SettingError("{history_tokens} must be zero or more, got {value}", value=history)
     for question in questions or ():
         check_question(question)
-    read_for = tuple(questions or ()) if policy_class.reads_question and saved is None else ()
+    read_for = tuple(questions or ()) if policy_class.reads_for(chosen) and saved is None else ()
     if policy_class.reads_question and saved is None and questions is not None and not read_for:
         raise SettingError("the {policy} {policy_value} policy reads the document with its questions: ask FILE "
                            "QUESTION, or give {questions}", policy_value=policy)
-    return Plan(chosen, answering, facts.prompt, history, read_for, defer and not read_for, warnings=tuple(warnings))
+    deferred = defer and not (read_for and policy_class.reads_question)  # finch reads at once; guided locret may wait
+    return Plan(chosen, answering, facts.prompt, history, read_for, deferred, warnings=tuple(warnings))
 
 
 def _given(settings: GivenSettings) -> dict:

@@ -64,7 +64,7 @@ class Reading:
     compute: str = ""  # how the model computes (`Session.ready_to_compute`)
     question_forms: QuestionForms | None = None  # the question forms a model was trained on, and its "not stated" reply
     input_ids: torch.Tensor | None = None  # (tokens,) every token read, prompt head first: what re-reading reads
-    read_for: tuple[str, ...] = ()  # the questions that steered the read (finch); empty: question-agnostic
+    read_for: tuple[str, ...] = ()  # the questions that steered the read (finch, guided locret); empty: agnostic
     pending: PendingRead | None = None  # the bounded read, when it has not run yet (`read_now`)
     read_stopped: bool = False  # a pending read was stopped part-way: the cache holds part of the document
     _text: DocumentText | None = field(default=None, repr=False)  # `document_text()`, once built

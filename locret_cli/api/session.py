@@ -116,13 +116,13 @@ class Session:
         too, or the read settings to plan with (whole, or those given). Refuses (LocretError) a run estimated not to
         fit in free memory, unless `force`. `policy` replaces the plan's (an evaluation's oracle, say).
 
-        `questions` steer the read only under a policy that reads with them (finch): they are read together after
-        every chunk, and the Reading records them (`read_for`). Other policies ignore them, so the read stays
-        question-agnostic.
+        `questions` steer the read only under a policy that reads with them (finch, or locret with `question_share`
+        above 0): they are read together after every chunk, and the Reading records them (`read_for`). Other
+        policies ignore them, so the read stays question-agnostic.
 
         `defer` tokenizes the document and leaves the bounded read for the first answer that needs the cache
         (`Reading.read_now`): answers located by the question's words come from re-read windows alone. A read
-        for questions (finch) is never deferred."""
+        for questions under finch is never deferred; a locret read guided by them (`question_share`) may be."""
         plan = settings if isinstance(settings, Plan) else self.plan(read=settings, questions=questions, defer=defer)
         document = source if isinstance(source, Document) else open_document(source, encoding=encoding, stdin=stdin)
         question_ids = self.read_for_ids(plan)

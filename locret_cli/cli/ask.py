@@ -58,7 +58,8 @@ def read(
     for message in reading.warnings:
         warn(err, message)
     if read_for and not reading.read_for:
-        warn(err, f"questions steer only --policy finch; {reading.settings.policy} read the document question-agnostic")
+        warn(err, f"questions steer only --policy finch, or locret with --question-share above 0; "
+                  f"{reading.settings.policy} read the document question-agnostic")
     saved = save_reading(reading, output, session.heads, force)
     if kept_map:
         draw_kept_map(reading, [], kept_map, force)

@@ -220,8 +220,8 @@ class Engine:
             if compact and renumbered is None:
                 batch, heads = layer.positions.shape[:2]
                 renumbered = torch.arange(budget, device=self.device, dtype=torch.int32).expand(batch, heads, budget)
-            keep = select(layer.scores, budget, self.settings.stabilizers, self.pinned, layer.origins,
-                          self.settings.span)
+            ranking = self.policy.ranking(layer_idx, layer.scores)
+            keep = select(ranking, budget, self.settings.stabilizers, self.pinned, layer.origins, self.settings.span)
             self.cache.evict(layer_idx, keep, renumbered)
         self.cache.slide(renumber=compact)
 

@@ -106,6 +106,9 @@ def check_lazy(settings: ReadSettings, policy: Policy, layers: int, sliding: boo
     if not policy.evicts or policy.reads_question:
         raise SettingError("{lazy_after} prunes by an eviction policy's scores, and {policy} {policy_value} has none "
                            "to prune by", policy_value=policy.name)
+    if policy.reads_for(settings):
+        raise SettingError("{lazy_after} prunes tokens before the questions are read after them; read with "
+                           "{question_share} 0 or without {lazy_after}")
     if settings.lazy_after >= layers:
         raise SettingError("{lazy_after} must be below the model's {layers} layers, got {value}", layers=layers,
                            value=settings.lazy_after)

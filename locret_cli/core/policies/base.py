@@ -23,6 +23,11 @@ class Policy:
     knobs: ClassVar[tuple[str, ...]] = ()  # the values of a read this policy is built with (`make_policy` passes them)
 
     @classmethod
+    def reads_for(cls, settings) -> bool:
+        """Whether a read with `settings` (ReadSettings) reads the questions it is given after every chunk."""
+        return cls.reads_question
+
+    @classmethod
     def build(cls, shape: ModelShape, heads=None, **knobs) -> "Policy":
         """This policy for a model of `shape`, with `heads` where it uses them and its own `knobs`."""
         return cls()
@@ -44,6 +49,11 @@ class Policy:
         query (B, heads, T, D) post-RoPE; key (B, kv_heads, n, D), the whole cache including the chunk. Called
         only when `observes` is True."""
         raise NotImplementedError
+
+    def ranking(self, layer_idx: int, scores: torch.Tensor) -> torch.Tensor:
+        """What the entries of layer `layer_idx` are selected by, from their `scores` (B, kv_heads, n), at eviction:
+        the scores themselves, unless the policy ranks by something besides."""
+        return scores
 
 
 def select(scores: torch.Tensor, budget: int, stabilizers: int, pinned: int = 0, origins: torch.Tensor | None = None,
