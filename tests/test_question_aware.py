@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from helpers.attention import reference_finch_scores
 from helpers.documents import DOCUMENT
 from helpers.engines import chunks_of, random_ids
 from typer.testing import CliRunner
@@ -23,24 +24,6 @@ from locret_cli.inputs.prompt import PromptTokens
 from locret_cli.settings import ReadSettings
 
 runner = CliRunner()
-
-
-def reference_finch_scores(model, ids: list[int], question: list[int]) -> list[torch.Tensor]:
-    """Per layer, (kv_heads, n): eager attention of `question`'s rows over `ids`' n columns, each row times the
-    entries it sees, averaged over rows and summed over each KV head's query group."""
-    model.set_attn_implementation("eager")
-    try:
-        with torch.no_grad():
-            out = model(torch.tensor([ids + question]), output_attentions=True)
-    finally:
-        model.set_attn_implementation("sdpa")
-    n, q = len(ids), len(question)
-    kv_heads = model.config.num_key_value_heads
-    scores = []
-    for attention in out.attentions:  # (1, heads, n + q, n + q)
-        rows = attention[0, :, n:, :n] * torch.arange(n + 1, n + q + 1).view(1, q, 1)
-        scores.append(rows.mean(dim=1).view(kv_heads, -1, n).sum(dim=1))
-    return scores
 
 
 def test_finch_scores_are_the_questions_normalised_attention(llama):

@@ -9,13 +9,13 @@ from dataclasses import replace
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers.attention import reference_finch_scores
 from helpers.documents import DOCUMENT
 from helpers.engines import chunks_of, random_ids
 from helpers.models import tiny_model
-from test_plan import FACTS, planned
-from test_question_aware import reference_finch_scores
 
 from locret_cli.api import Session, load_session
+from locret_cli.api.plan import ModelFacts, resolve
 from locret_cli.core.engine import Engine
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.core.policies import make_policy, select
@@ -79,15 +79,22 @@ def test_a_guided_read_keeps_other_entries_and_at_share_0_is_the_heads_read():
     assert read_keeping(model, heads, 0.5, question) != plain
 
 
+FACTS = ModelFacts({"budget": 300, "stabilizers": 64}, layers=8, sliding=False, prompt=PromptTokens(pinned=5))
+
+
+def planned(read: dict, **options):
+    return resolve(FACTS, {"policy": "locret", **read}, None, **options)
+
+
 def test_a_plan_reads_for_its_questions_only_at_a_share_above_0():
-    guided = planned("locret", FACTS, {"question_share": 0.5}, questions=["Who?"], defer=True)
+    guided = planned({"question_share": 0.5}, questions=["Who?"], defer=True)
     assert guided.read_for == ("Who?",) and guided.defer  # left for an answer that needs the cache, as locret's
-    assert planned("locret", FACTS, {"question_share": 0.5}, questions=()).read_for == ()  # `read`: agnostic
-    assert planned("locret", FACTS, questions=["Who?"]).read_for == ()
+    assert planned({"question_share": 0.5}, questions=()).read_for == ()  # `read`: agnostic
+    assert planned({}, questions=["Who?"]).read_for == ()
     with pytest.raises(SettingError, match="question_share must be"):
-        planned("locret", FACTS, {"question_share": 1.5})
+        planned({"question_share": 1.5})
     with pytest.raises(SettingError, match="lazy_after prunes tokens before the questions are read"):
-        planned("locret", FACTS, {"question_share": 0.5, "lazy_after": 2}, questions=["Who?"])
+        planned({"question_share": 0.5, "lazy_after": 2}, questions=["Who?"])
 
 
 def test_ask_reads_for_its_question_and_a_saved_read_without_questions_serves_any(tmp_path):
