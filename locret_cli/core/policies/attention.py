@@ -43,6 +43,14 @@ def received_attention(query: torch.Tensor, key: torch.Tensor, scaling: float, f
     return total.view(batch, kv_heads, group, n).sum(dim=2)
 
 
+def question_attention(query: torch.Tensor, key: torch.Tensor, scaling: float, question_length: int) -> torch.Tensor:
+    """FINCH's score of every entry: the attention the last `question_length` queries (the questions read after the
+    chunk) pay it, normalised per query by the entries it sees, averaged over those queries. Shapes as
+    `received_attention`; returns (B, kv_heads, n) float32, the questions' own entries last."""
+    first = query.shape[2] - question_length
+    return received_attention(query, key, scaling, first=first, per_visible=True) / question_length
+
+
 class AttentionScoredPolicy(Policy):
     """New entries enter at score 0; `observe` then sets every entry's score from the chunk's attention."""
 
@@ -123,6 +131,4 @@ class FinchPolicy(AttentionScoredPolicy):
         self.question_length = question_length
 
     def observe(self, layer_idx, query, key, scaling, layer):
-        first = query.shape[2] - self.question_length
-        scores = received_attention(query, key, scaling, first=first, per_visible=True) / self.question_length
-        layer.set("scores", scores)
+        layer.set("scores", question_attention(query, key, scaling, self.question_length))

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from locret_cli.core.heads import RetainingHeads
-from locret_cli.core.policies.attention import received_attention
+from locret_cli.core.policies.attention import question_attention
 from locret_cli.core.policies.base import Policy
 from locret_cli.core.profile_marks import HEADS, mark
 from locret_cli.errors import SettingError
@@ -57,8 +57,7 @@ class LocretPolicy(Policy):
             return scores
 
     def observe(self, layer_idx, query, key, scaling, layer):
-        first = query.shape[2] - self.question_length
-        attention = received_attention(query, key, scaling, first=first, per_visible=True) / self.question_length
+        attention = question_attention(query, key, scaling, self.question_length)
         document = attention[..., :key.shape[2] - self.question_length]  # the questions' own entries leave the cache
         self.attention[layer_idx] = F.max_pool1d(document, QUESTION_POOL, stride=1, padding=QUESTION_POOL // 2)
 
