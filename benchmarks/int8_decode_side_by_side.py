@@ -1,5 +1,5 @@
 """A model's decode with its weights as stored beside `--load-8bit`'s int8 and `--load-int4`'s 4-bit weights, in one
-process, turn by turn.
+process, turn by turn; 4-bit weights with locret's row kernel or with torch's product (the `int4-torch` kinds).
 
     python benchmarks/int8_decode_side_by_side.py --model runs/qwen1.5b/qwen2.5-coder-1.5b-instruct > int8.md
 
@@ -17,11 +17,14 @@ model is resident).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import tempfile
 from pathlib import Path
+from unittest import mock
 
 from locret_cli.api import ModelSpec, load_session
+from locret_cli.runtime import int4_linear
 from locret_cli.settings import AnswerSettings
 
 HANDBOOK = Path(__file__).resolve().parents[1] / "samples" / "handbook.txt"
@@ -29,9 +32,20 @@ WEIGHTS = {"stored": ("as stored", {}), "int8": ("int8 (`--load-8bit`)", {"load_
            "int4": ("int4 (`--load-int4`)", {"load_int4": True}),
            "stored-compiled": ("as stored, `--compile-decode`", {"compile_decode": True}),
            "int8-compiled": ("int8, `--compile-decode`", {"load_8bit": True, "compile_decode": True}),
-           "int4-compiled": ("int4, `--compile-decode`", {"load_int4": True, "compile_decode": True})}
+           "int4-compiled": ("int4, `--compile-decode`", {"load_int4": True, "compile_decode": True}),
+           "int4-torch": ("int4, torch's product", {"load_int4": True}),
+           "int4-torch-compiled": ("int4, torch's product, `--compile-decode`", {"load_int4": True,
+                                                                                 "compile_decode": True})}
 QUESTIONS = ("What is the gate code of the north depot?", "What did the archivist count behind the granary?",
              "Who questioned the signal tower beside the quarry?")
+
+
+def product_of(label: str):
+    """Where a row's 4-bit product runs: torch's int4 product for the `int4-torch` kinds (locret's kernel declines),
+    else wherever the session would run it."""
+    if "torch's product" in label:
+        return mock.patch.object(int4_linear, "int4_rows_product", lambda *tensors: None)
+    return contextlib.nullcontext()
 
 
 def main() -> None:
@@ -53,14 +67,16 @@ def main() -> None:
             session = load_session(ModelSpec(args.model, device="cpu", **options))
             readings[label] = session.read(str(excerpt))
     answering = AnswerSettings(max_new_tokens=args.max_new_tokens, reread=0)
-    for reading in readings.values():  # one answer each, not counted: a compiled step compiles at its first
-        reading.ask(QUESTIONS[0], answering, sources=0)
+    for label, reading in readings.items():  # one answer each, not counted: a compiled step compiles at its first
+        with product_of(label):
+            reading.ask(QUESTIONS[0], answering, sources=0)
     rates: dict[str, list[float]] = {label: [] for label in readings}
     answers: dict[str, dict[str, str]] = {label: {} for label in readings}
     for _ in range(args.rounds):
         for question in QUESTIONS:
             for label, reading in readings.items():
-                result = reading.ask(question, answering, sources=0)
+                with product_of(label):
+                    result = reading.ask(question, answering, sources=0)
                 rates[label].append(result.speed.decode_tokens_per_s or 0.0)
                 answers[label][question] = result.answer
     stored = rates[next(iter(rates))]

@@ -17,7 +17,8 @@
     python benchmarks/kernel_microbench.py int8-rows # the same Qwen2.5-1.5B step, fp32 and bf16 rows: the weights
                                                        # fp32, bf16 by locret's kernel, int8 by locret's kernel and
                                                        # by torch's `_weight_int8pack_mm` (`--load-8bit`), 4-bit
-                                                       # by torch's int4 product (`--load-int4`)
+                                                       # by torch's int4 product and by locret's 4-bit kernel
+                                                       # (`--load-int4`)
 
 Each time is the mean of repeated calls after warm-up, in a process doing nothing else.
 """
@@ -232,9 +233,10 @@ def int8_rows() -> None:
     distinct weights: rows in fp32 (a CPU computing in fp32) and bf16 (one computing in bf16), against weights in
     the compute dtype by F.linear, bf16 weights by locret's kernel, int8 weights with a scale per row by locret's
     kernel and by torch's `_weight_int8pack_mm`, and 4-bit weights (`--load-int4`'s packing, groups of 32) by
-    torch's `_weight_int4pack_mm_for_cpu` (the row rounded to bf16 for it; the bytes counted with the scales)."""
+    torch's `_weight_int4pack_mm_for_cpu` (the row rounded to bf16 for it) and by locret's 4-bit kernel (a dash
+    where this CPU lacks what it needs); the 4-bit bytes counted with the scales."""
     from locret_cli.runtime.int4_linear import GROUP, quantize_groups
-    from locret_cli.runtime.native_rows import int8_kernels, int8_rows_product, rows_product
+    from locret_cli.runtime.native_rows import int4_rows_product, int8_kernels, int8_rows_product, rows_product
 
     if int8_kernels() is None:
         raise SystemExit("locret's rows kernels are not built here (no AVX2 and FMA, or no C compiler)")
@@ -242,9 +244,9 @@ def int8_rows() -> None:
     shapes = [(o, i) for (_, i), split in zip(QWEN15_LINEARS, splits) for o in split] * 28 + [(151936, 1536)]
     count = sum(o * i for o, i in shapes)
     print(f"| rows | weights in the compute dtype, F.linear | bf16, locret's kernel | int8, locret's kernel | "
-          f"int8, `_weight_int8pack_mm` | 4-bit, `_weight_int4pack_mm_for_cpu` | ({count / 1e9:.2f} G weights a "
-          "step) |")
-    print("|---|---:|---:|---:|---:|---:|---|")
+          f"int8, `_weight_int8pack_mm` | 4-bit, `_weight_int4pack_mm_for_cpu` | 4-bit, locret's kernel | "
+          f"({count / 1e9:.2f} G weights a step) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---|")
     for dtype in (torch.float32, torch.bfloat16):
         inputs = {i: torch.randn(1, i, dtype=dtype) for _, i in shapes}
         cells = []
@@ -256,8 +258,13 @@ def int8_rows() -> None:
                           (lambda o, i: (torch.randint(-127, 128, (o, i), dtype=torch.int8), torch.rand(o, dtype=dtype)),
                            lambda x, q, s: torch._weight_int8pack_mm(x, q, s)),
                           (lambda o, i: quantize_groups(torch.randn(o, i, dtype=torch.bfloat16) * 0.02),
-                           lambda x, p, sz: torch.ops.aten._weight_int4pack_mm_for_cpu(x.bfloat16(), p, GROUP, sz))):
+                           lambda x, p, sz: torch.ops.aten._weight_int4pack_mm_for_cpu(x.bfloat16(), p, GROUP, sz)),
+                          (lambda o, i: quantize_groups(torch.randn(o, i, dtype=torch.bfloat16) * 0.02),
+                           int4_rows_product)):
             weights = [(i, make(o, i)) for o, i in shapes]  # by width: a 4-bit packing's rows are half as wide
+            if way is int4_rows_product and int4_rows_product(inputs[1536], *weights[0][1]) is None:
+                cells.append("-")
+                continue
             took = seconds(lambda: [way(inputs[i], *w) for i, w in weights], 10)
             size = sum(t.numel() * t.element_size() for _, w in weights for t in w)
             cells.append(f"{1e3 * took:.1f} ms ({size / took / 1e9:.1f} GB/s)")

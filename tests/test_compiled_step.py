@@ -19,7 +19,7 @@ from locret_cli.core.answer.compiled_step import ATTRIBUTE, CompiledStep, compil
 from locret_cli.core.engine import Engine
 from locret_cli.core.heads import RetainingHeads
 from locret_cli.core.policies.locret import LocretPolicy
-from locret_cli.runtime import int8_linear
+from locret_cli.runtime import int4_linear, int8_linear
 from locret_cli.runtime.int8_linear import quantize_linears
 from locret_cli.settings import AnswerSettings, ReadSettings
 
@@ -123,9 +123,13 @@ def test_int8_and_4bit_weights_are_compiled_too(bits, monkeypatch):
     assert ("Int4Linear" in kinds) is (bits == 4) and "Int8Linear" in kinds  # 4 bits: k/v and the head stay int8
     assert compile_decode(model)
     own_step_calls(model, monkeypatch, allowed=False)
-    rows = []
+    rows, four_bit_rows = [], []
     monkeypatch.setattr("locret_cli.runtime.int8_linear.int8_rows_product",
                         lambda x, *rest, real=int8_linear.int8_rows_product: rows.append(x.shape[0]) or real(x, *rest))
+    monkeypatch.setattr("locret_cli.runtime.int4_linear.int4_rows_product",
+                        lambda x, *rest, real=int4_linear.int4_rows_product: four_bit_rows.append(x.shape[0])
+                        or real(x, *rest))
     compiled = answer(model, True)[0]
     assert 1 in rows  # the graph's steps call locret's int8 kernel through its operator (the question is 3 rows)
+    assert (1 in four_bit_rows) is (bits == 4)  # and the 4-bit layers the 4-bit kernel, through its own
     assert compiled == answer(model, False)[0]

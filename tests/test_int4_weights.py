@@ -1,5 +1,6 @@
 """`--load-int4`: linear weights in 4 bits with a scale and zero per 32 inputs, a 4-bit grid kept as it was given,
-torch's int4 product for a step's rows and a widened weight for a chunk, and the same model by identity."""
+a step's rows by locret's 4-bit kernel or torch's int4 product and a widened weight for a chunk, and the same model
+by identity."""
 
 from __future__ import annotations
 
@@ -76,7 +77,7 @@ def test_a_steps_rows_and_a_chunk_compute_the_dequantized_product(kernel, dtype,
     expected = F.linear(chunk.float(), int4.dequantized().float(), int4.bias.float())
     assert int4(chunk).dtype == dtype
     assert torch.allclose(int4(chunk).float(), expected, atol=0.05)
-    row = chunk[:1, :1]  # one row goes through torch's int4 product
+    row = chunk[:1, :1]  # one row goes through the rows' product (tests/test_native_int4_rows.py)
     assert int4(row).shape == (1, 1, 128)
     assert torch.allclose(int4(row).float(), expected[:1, :1], atol=0.05)
 

@@ -2,9 +2,10 @@
 and group of 32 inputs (`--load-int4`), as gpt-fast holds them.
 
 A decode step multiplies one row by every weight, so its time is the time to read the weights: 4 bits are a
-quarter of bf16's bytes and half of int8's. A step's rows go to torch's CPU int4 product
-(`_weight_int4pack_mm_for_cpu`), which reads the weights as torch packs them (`_convert_weight_to_int4pack_for_cpu`);
-the same packing is all that is kept. A prefill chunk multiplies faster by a dense product, so the weight is widened
+quarter of bf16's bytes and half of int8's. The weights are kept as torch packs them for its CPU int4 product
+(`_convert_weight_to_int4pack_for_cpu`), and that packing is all that is kept. A step's rows go to locret's kernel
+on that packing (`native/rows_int4w.c`, via `native_rows`) where the CPU has AVX-512 VBMI, else to torch's product
+(`_weight_int4pack_mm_for_cpu`), which its arithmetic holds well below the memory's rate. A prefill chunk multiplies faster by a dense product, so the weight is widened
 into one reused bf16 buffer first, by locret's small C kernel (`native/int4_weights.c`; where it is not built, by
 torch's ops, several times slower), and multiplied as usual.
 
@@ -31,9 +32,10 @@ from locret_cli.core.profile_marks import ROWS_KERNEL, WIDEN, mark
 from locret_cli.runtime import native_build
 from locret_cli.runtime.bf16_weights import scratch, widened
 from locret_cli.runtime.mapped_pages import CheckpointPages
+from locret_cli.runtime.native_rows import int4_rows_product
 
 GROUP = 32  # inputs per scale and zero
-ROWS = 4  # inputs of at most this many rows go to torch's int4 product; more are a chunk, widened
+ROWS = 4  # inputs of at most this many rows go to a rows' product (`_rows_product`); more are a chunk, widened
 GRID_SLACK = 0.1  # a value within this share of a step of the grid lies on it (bf16 rounding is far less)
 SPANS = (15, 14, 13, 12)  # the grids looked for: a Q4_K block's range is 15 or 14 of its steps, rarely 13
 BLOCK_ROWS = 4096  # rows quantized at a time
@@ -133,12 +135,14 @@ class Int4Linear(nn.Module):
         bias = None if linear.bias is None else linear.bias.detach().to(dtype or linear.weight.dtype)
         return cls(*quantize_groups(linear.weight, pages), linear.weight.shape[1], bias)
 
-    def dequantized(self) -> torch.Tensor:
-        """The weight (out, in) in bf16, a tensor of its own (by torch's ops)."""
+    def dequantized(self, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+        """The weight (out, in) in `dtype` (float64: exactly as the scales and zeros give it), a tensor of its own
+        (by torch's ops)."""
         blocks = self.packed.view(self.out_features // 64, self.in_features // 2, 2, 32)
         q = torch.stack([blocks & 15, blocks >> 4], 2).permute(0, 2, 4, 1, 3).reshape(self.out_features, -1)
-        scale, zero = (self.scales_zeros[..., i].t().float().repeat_interleave(GROUP, 1) for i in (0, 1))
-        return ((q.float() - 8) * scale + zero).to(torch.bfloat16)
+        wide = torch.float64 if dtype == torch.float64 else torch.float32
+        scale, zero = (self.scales_zeros[..., i].t().to(wide).repeat_interleave(GROUP, 1) for i in (0, 1))
+        return ((q.to(wide) - 8) * scale + zero).to(dtype)
 
     def sampled_weight(self, index: torch.Tensor) -> torch.Tensor:
         """The weight's values (fp32) at flat indices `index` of its (out, in) shape, read from the packing."""
@@ -165,9 +169,10 @@ class Int4Linear(nn.Module):
         return F.linear(x, weight, self.bias)
 
     def _rows_product(self, x: torch.Tensor, rows: int) -> torch.Tensor:
-        """x's `rows` rows by torch's int4 product, plus the bias: (..., out) in x's dtype."""
+        """x's `rows` rows by locret's 4-bit kernel (`locret::int4_rows`, where built), else torch's int4 product,
+        plus the bias: (..., out) in x's dtype."""
         flat = x.reshape(rows, self.in_features).to(torch.bfloat16)
-        out = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.packed, GROUP, self.scales_zeros)
+        out = torch.ops.locret.int4_rows(flat, self.packed, self.scales_zeros)
         out = out.to(x.dtype).view(*x.shape[:-1], self.out_features)
         return out if self.bias is None else out + self.bias
 
@@ -182,6 +187,20 @@ class Int4Linear(nn.Module):
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int4, groups of {GROUP}"
+
+
+def _kernel_rows(x: torch.Tensor, packed: torch.Tensor, scales_zeros: torch.Tensor) -> torch.Tensor:
+    """x's rows (bf16) times the packed weight by locret's kernel, else by torch's int4 product."""
+    out = int4_rows_product(x, packed, scales_zeros)
+    return out if out is not None else torch.ops.aten._weight_int4pack_mm_for_cpu(x, packed, GROUP, scales_zeros)
+
+
+# the product as an operator, so that a compiled step (`--compile-decode`) calls the kernel in its graph: a ctypes
+# call does not trace
+_LIBRARY = torch.library.Library("locret", "FRAGMENT")
+_LIBRARY.define("int4_rows(Tensor x, Tensor packed, Tensor scales_zeros) -> Tensor")
+_LIBRARY.impl("int4_rows", _kernel_rows, "CPU")
+_LIBRARY.impl("int4_rows", lambda x, packed, scales_zeros: x.new_empty(x.shape[0], packed.shape[0]), "Meta")
 
 
 @functools.cache

@@ -1,5 +1,6 @@
 """A few rows times weights as they are stored, by small C kernels of locret's own: bf16 weights
-(`native/rows_bf16w.c`) and int8 weights with a scale per row (`native/rows_int8w.c`).
+(`native/rows_bf16w.c`), int8 weights with a scale per row (`native/rows_int8w.c`) and 4-bit weights in torch's
+packing (`native/rows_int4w.c`).
 
 A decode step multiplies one row by every weight of the model, so its time is the time to read the weights. Two
 kinds of model read them here instead of through torch's product:
@@ -9,7 +10,11 @@ kinds of model read them here instead of through torch's product:
   bandwidth, and oneDNN's faster one (`runtime/packed_linear.py`) needs a packed copy of every linear weight, the
   weights' size again in memory (3.1 GB for Qwen2.5-Coder-1.5B). The kernel reads the weights in place;
 - a model with int8 weights (`--load-8bit`, `runtime/int8_linear.py`), in either dtype: torch's one-row int8 product
-  (`_weight_int8pack_mm`) ran slower than the fp32 product on AVX2 CPUs, so int8 weights decoded no faster.
+  (`_weight_int8pack_mm`) ran slower than the fp32 product on AVX2 CPUs, so int8 weights decoded no faster;
+- a model with 4-bit weights (`--load-int4`, `runtime/int4_linear.py`) on a CPU with AVX-512 VBMI: torch's int4
+  product (`_weight_int4pack_mm_for_cpu`) is bound by its arithmetic well below the memory's rate. This kernel holds
+  the row as 16-bit integers per group of 32 inputs (at least 15 bits of the group's largest magnitude), so its
+  outputs differ from the dequantized weights' product by that rounding as well as by the order of the sums.
 
 The kernels widen bf16 and int8 numbers exactly and sum the products in fp32, eight lanes and four accumulators to
 a row (an int8 row's sum then times its scale), so their outputs differ from torch's only by the order of the sums
@@ -65,6 +70,12 @@ def int8_kernels() -> Kernels | None:
     return _built("rows_int8w.c", {torch.float32: "rows_int8w", torch.bfloat16: "rows_int8"}, 3)
 
 
+@functools.cache
+def int4_kernels() -> Kernels | None:
+    """The 4-bit-weight kernel's functions (x and y in the key's dtype; scales and zeros bf16), or None (`_built`)."""
+    return _built("rows_int4w.c", {torch.float32: "rows_int4w", torch.bfloat16: "rows_int4"}, 2)
+
+
 def _takes(x: torch.Tensor, functions: Kernels | None, *vectors: torch.Tensor | None) -> bool:
     """Whether `functions` are built and take `x` (at most `ROWS` rows on the CPU) with `vectors` (each None or
     contiguous in x's dtype)."""
@@ -104,6 +115,17 @@ def int8_rows_product(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor,
     if not (_takes(x, functions, scale, bias) and q.dtype == torch.int8 and q.is_contiguous()):
         return None
     return _run(functions[x.dtype], x, q, scale, bias)
+
+
+def int4_rows_product(x: torch.Tensor, packed: torch.Tensor, scales_zeros: torch.Tensor) -> torch.Tensor | None:
+    """x (..., in), fp32 or bf16, of at most `ROWS` rows times the 4-bit weight `packed` (out, in / 2) uint8 in
+    torch's CPU packing with `scales_zeros` (in / 32, out, 2) bf16: (..., out) in x's dtype, by the 4-bit kernel;
+    None where it is not built, this CPU lacks what it needs, or it does not take these tensors."""
+    functions = int4_kernels()
+    if not (_takes(x, functions) and packed.dtype == torch.uint8 and packed.is_contiguous()
+            and scales_zeros.dtype == torch.bfloat16 and scales_zeros.is_contiguous()):
+        return None
+    return _run(functions[x.dtype], x, packed, scales_zeros)
 
 
 def _rows_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
