@@ -25,8 +25,8 @@ def kernel_runs() -> bool:
     return native_rows.int4_rows_product(torch.zeros(1, 32), probe.packed, probe.scales_zeros) is not None
 
 
-needs_kernel = pytest.mark.skipif(not kernel_runs(), reason="the 4-bit rows kernel needs AVX-512 BW and VBMI and a "
-                                                            "C compiler")
+needs_kernel = pytest.mark.skipif(not kernel_runs(), reason="the 4-bit rows kernel needs AVX-512 BW, VBMI and VNNI "
+                                                            "and a C compiler")
 
 
 def rows(count: int, width: int, seed: int) -> torch.Tensor:

@@ -4,10 +4,11 @@ and group of 32 inputs (`--load-int4`), as gpt-fast holds them.
 A decode step multiplies one row by every weight, so its time is the time to read the weights: 4 bits are a
 quarter of bf16's bytes and half of int8's. The weights are kept as torch packs them for its CPU int4 product
 (`_convert_weight_to_int4pack_for_cpu`), and that packing is all that is kept. A step's rows go to locret's kernel
-on that packing (`native/rows_int4w.c`, via `native_rows`) where the CPU has AVX-512 VBMI, else to torch's product
-(`_weight_int4pack_mm_for_cpu`), which its arithmetic holds well below the memory's rate. A prefill chunk multiplies faster by a dense product, so the weight is widened
-into one reused bf16 buffer first, by locret's small C kernel (`native/int4_weights.c`; where it is not built, by
-torch's ops, several times slower), and multiplied as usual.
+on that packing (`native/rows_int4w.c`, via `native_rows`) where the CPU has AVX-512 VBMI and VNNI, else to torch's
+product (`_weight_int4pack_mm_for_cpu`), which its arithmetic holds well below the memory's rate. A prefill chunk
+multiplies faster by a dense product, so the weight is widened into one reused bf16 buffer first, by locret's small C
+kernel (`native/int4_weights.c`; where it is not built, by torch's ops, several times slower), and multiplied as
+usual.
 
 Quantization is affine per group: weight = (q - 8) × scale + zero, q in 0..15. Where a group's values already lie on
 a grid of at most 16 evenly spaced steps (a 4-bit GGUF's Q4_K blocks, dequantized, do), the grid is found and kept:

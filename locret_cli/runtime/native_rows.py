@@ -11,8 +11,8 @@ kinds of model read them here instead of through torch's product:
   weights' size again in memory (3.1 GB for Qwen2.5-Coder-1.5B). The kernel reads the weights in place;
 - a model with int8 weights (`--load-8bit`, `runtime/int8_linear.py`), in either dtype: torch's one-row int8 product
   (`_weight_int8pack_mm`) ran slower than the fp32 product on AVX2 CPUs, so int8 weights decoded no faster;
-- a model with 4-bit weights (`--load-int4`, `runtime/int4_linear.py`) on a CPU with AVX-512 VBMI: torch's int4
-  product (`_weight_int4pack_mm_for_cpu`) is bound by its arithmetic well below the memory's rate. This kernel holds
+- a model with 4-bit weights (`--load-int4`, `runtime/int4_linear.py`) on a CPU with AVX-512 VBMI and VNNI: torch's
+  int4 product (`_weight_int4pack_mm_for_cpu`) is bound by its arithmetic well below the memory's rate. This kernel holds
   the row as 16-bit integers per group of 32 inputs (at least 15 bits of the group's largest magnitude), so its
   outputs differ from the dequantized weights' product by that rounding as well as by the order of the sums.
 

@@ -1,5 +1,5 @@
 /* A decode step's product with 4-bit weights (runtime/int4_linear.py), on torch's own CPU packing, for CPUs with
- * AVX-512 BW and VBMI: y = x Wᵀ for a few rows x, where W = (q - 8) × scale + zero.
+ * AVX-512 BW, VBMI and VNNI: y = x Wᵀ for a few rows x, where W = (q - 8) × scale + zero.
  *
  * Layout (as torch packs it, `_convert_weight_to_int4pack_for_cpu` with two inner k-tiles): output rows in blocks
  * of 64; in a block, one 64-byte line per pair of inputs k = 2j, 2j + 1, bytes 0-31 for input 2j and 32-63 for
@@ -18,8 +18,8 @@
  *
  * rows_int4: x (rows, in) bf16; packed (out / 64, in / 2, 64) uint8; scales_zeros (in / 32, out, 2) bf16;
  * y (rows, out) bf16, each output rounded to nearest even once. rows_int4w: the same with x and y fp32.
- * Groups of 32 inputs. Each returns 0; 1 where this build lacks AVX-512 BW and VBMI, out is not a multiple of 64
- * or in not of 32 (the caller keeps torch's product); 2 where a buffer could not be allocated (likewise).
+ * Groups of 32 inputs. Each returns 0; 1 where this build lacks AVX-512 BW, VBMI or VNNI, out is not a multiple of
+ * 64 or in not of 32 (the caller keeps torch's product); 2 where a buffer could not be allocated (likewise).
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -40,7 +40,7 @@ static inline uint16_t round_bf16(float f) { /* to nearest even; a NaN stays a (
     return (uint16_t)((c.u + 0x7fffu + ((c.u >> 16) & 1u)) >> 16);
 }
 
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VBMI__)
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VBMI__) && defined(__AVX512VNNI__)
 #include <immintrin.h>
 
 /* x's row as int16 per group (xq), each group's scale (xs) and its sum as given (xsum). */
