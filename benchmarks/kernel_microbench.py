@@ -9,6 +9,8 @@
     python benchmarks/kernel_microbench.py one-query # a decode step's attention: bf16 SDPA, cast to fp32, two bf16
                                                        # products around an fp32 softmax, or bf16 flash attention with
                                                        # the heads that share a KV head stacked as queries
+    python benchmarks/kernel_microbench.py kernel-query  # a decode step's attention by locret's kernel and torch's
+                                                       # flash kernel, SmolLM2's and the Qwens' shapes, every layer
     python benchmarks/kernel_microbench.py rates     # this CPU's matmul rates: bf16, fp32, packed bf16, int8;
                                                        # square and prefill-chunk shapes, 1 and 2 threads
     python benchmarks/kernel_microbench.py rows      # all linears of one decode step of Qwen2.5-1.5B and SmolLM2,
@@ -158,6 +160,32 @@ def one_query() -> None:
             print(f"| {entries:,} | {layers} | " + " | ".join(cells) + " |")
 
 
+def kernel_query() -> None:
+    """A decode step's attention by locret's kernel against torch's flash kernel (the heads that share a KV head
+    stacked as queries): one query per head over each layer's distinct cache in turn, as a step reads them, for the
+    shapes of SmolLM2, Qwen2.5-Coder-0.5B and -1.5B."""
+    from locret_cli.runtime.native_attention import built_kernel
+
+    kernel = built_kernel()
+    if kernel is None:
+        raise SystemExit("locret's attention kernel is not built here (no AVX-512 BF16, or no C compiler)")
+    print("| shape (heads / KV heads / head size, layers) | entries | torch's flash, stacked | locret's kernel |")
+    print("|---|---:|---:|---:|")
+    for name, heads, kv_heads, dim, layers in (("SmolLM2", 9, 3, 64, 30), ("Qwen2.5-0.5B", 14, 2, 64, 24),
+                                               ("Qwen2.5-1.5B", 12, 2, 128, 28)):
+        for entries in (1536, 4352):
+            caches = [(torch.randn(1, heads, 1, dim, dtype=torch.bfloat16),
+                       *(torch.randn(1, kv_heads, entries + 300, dim, dtype=torch.bfloat16)[:, :, :entries]
+                         for _ in range(2))) for _ in range(layers)]
+            group = heads // kv_heads
+            ways = (lambda q, k, v, shape=(1, kv_heads, group, dim): torch.ops.aten.
+                    _scaled_dot_product_flash_attention_for_cpu(q.reshape(shape), k, v, 0.0, False)[0],
+                    lambda q, k, v, scale=dim ** -0.5: kernel.attend(q, k, v, scale))
+            cells = [f"{1e3 * seconds(lambda way=way, caches=caches: [way(*c) for c in caches], 20):.2f} ms"
+                     for way in ways]
+            print(f"| {name} ({heads} / {kv_heads} / {dim}, {layers}) | {entries:,} | " + " | ".join(cells) + " |")
+
+
 def rates() -> None:
     """GFLOP/s of one product in each arithmetic this CPU offers: square, and a 1,024-token chunk through SmolLM2's
     MLP up-projection (1,024 × 576 by 576 × 1,536); int8 is torch._int_mm (int8 × int8 → int32, oneDNN's VNNI or AMX
@@ -275,10 +303,10 @@ def int8_rows() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("which", choices=("linear", "chain", "sdpa", "chunk", "one-query", "rates", "rows",
-                                          "int8-rows"))
+    parser.add_argument("which", choices=("linear", "chain", "sdpa", "chunk", "one-query", "kernel-query", "rates",
+                                          "rows", "int8-rows"))
     {"linear": linear, "chain": chain, "sdpa": sdpa, "chunk": chunk, "one-query": one_query,
-     "rates": rates, "rows": rows, "int8-rows": int8_rows}[parser.parse_args().which]()
+     "kernel-query": kernel_query, "rates": rates, "rows": rows, "int8-rows": int8_rows}[parser.parse_args().which]()
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ def as_transformers_gives(heads: int, kv_heads: int, length: int, kept: int, dim
 @pytest.mark.parametrize("heads, kv_heads, length, kept, dim", [
     (9, 3, 64, 300, 64), (9, 3, 40, 0, 64), (4, 2, 100, 937, 64), (8, 8, 17, 64, 128), (4, 1, 33, 70, 256),
     (6, 2, 16, 1, 32), (9, 3, 130, 4096, 64), (9, 3, 1, 4096, 64), (9, 3, 1, 1100, 64), (4, 1, 1, 20, 256),
-    (16, 1, 1, 513, 32)])
+    (16, 1, 1, 513, 32), (12, 2, 1, 1537, 128), (14, 2, 1, 4353, 64)])
 def test_it_is_the_masked_attention_up_to_bf16_rounding(heads, kv_heads, length, kept, dim):
     query, key, value = as_transformers_gives(heads, kv_heads, length, kept, dim, seed=length + kept)
     scale = dim ** -0.5

@@ -191,18 +191,69 @@ int flash_bf16(const uint16_t *q, int64_t q_head, int64_t q_row, const uint16_t 
 #define SPLIT 512   /* keys per work item of one query */
 #define GROUP 16    /* most query heads per KV head */
 
+/* The sums of the 16 vectors v[0..15], lane i of the result v[i]'s, added in the order `_mm512_reduce_add_ps` adds
+ * one vector's lanes (i with i + 8, then i + 4, i + 2, i + 1), so that each sum is the same number: a transpose by
+ * shuffles, one level of adds for each of its steps. */
+static inline __m512 sums16(const __m512 *v) {
+    __m512 a[8], b[4], c[2];
+    for (int i = 0; i < 8; i++) /* v[2i]'s lanes i + (i + 8) in places 0-7, v[2i + 1]'s in 8-15 */
+        a[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44),
+                             _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xEE));
+    for (int i = 0; i < 4; i++) /* 128-bit lane k: v[4i + k]'s four partial sums, i + (i + 4) */
+        b[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0x88),
+                             _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0xDD));
+    for (int i = 0; i < 2; i++) /* lane k: v[8i + k]'s two partial sums, then v[8i + 4 + k]'s, i + (i + 2) */
+        c[i] = _mm512_add_ps(_mm512_shuffle_ps(b[2 * i], b[2 * i + 1], 0x44),
+                             _mm512_shuffle_ps(b[2 * i], b[2 * i + 1], 0xEE));
+    /* lane k: the sums of v[k], v[4 + k], v[8 + k], v[12 + k], i + (i + 1); then each to its place */
+    __m512 d = _mm512_add_ps(_mm512_shuffle_ps(c[0], c[1], 0x88), _mm512_shuffle_ps(c[0], c[1], 0xDD));
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), d);
+}
+
+/* acc[r][slice] += sum over keys j, in order, of p[r][j] × v[j][slice], for one slice of 16 dimensions, each row's
+ * sum kept in a register. */
+static void values_slice(const float (*p)[SPLIT], int group, const uint16_t *v, int64_t v_row, int length,
+                         float *acc, int d) {
+    __m512 a[GROUP];
+    for (int r = 0; r < group; r++) a[r] = _mm512_setzero_ps();
+    for (int j = 0; j < length; j++) {
+        __m512 value = _mm512_castsi512_ps(_mm512_slli_epi32(
+            _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(v + (int64_t)j * v_row))), 16));
+        for (int r = 0; r < group; r++) a[r] = _mm512_fmadd_ps(_mm512_set1_ps(p[r][j]), value, a[r]);
+    }
+    for (int r = 0; r < group; r++) _mm512_storeu_ps(acc + r * d, a[r]);
+}
+
 /* The query rows of one KV head (group of them, one query each) over keys [first, last): the split's max, sum of
  * exponentials (base 2, scaled) and unnormalised output, for `one_query_bf16` to merge. Keys and values are read as
- * stored; the probabilities are not rounded to bf16 (the values are widened to fp32 instead). */
+ * stored; the probabilities are not rounded to bf16 (the values are widened to fp32 instead). Scores are taken 16
+ * keys at a time, each key's products summed across lanes together (`sums16`); the values' products keep each row's
+ * sums in registers, 16 dimensions at a time. */
 static void one_query_split(const uint16_t *q, int64_t q_head, int group, const uint16_t *k, int64_t k_row,
                             const uint16_t *v, int64_t v_row, int first, int last, int d, float c, float *m_out,
                             float *l_out, float *acc_out) {
     float scores[GROUP][SPLIT] __attribute__((aligned(64)));
+    __m512 parts[GROUP][16];
     __m512bh qv[GROUP][8];
     int length = last - first, pairs = d / 32;
     for (int r = 0; r < group; r++)
         for (int t = 0; t < pairs; t++) qv[r][t] = (__m512bh)_mm512_loadu_si512((const void *)(q + r * q_head + t * 32));
-    for (int j = 0; j < length; j++) {
+    int j = 0;
+    for (; j + 16 <= length; j += 16) {
+        for (int i = 0; i < 16; i++) {
+            const uint16_t *row = k + (int64_t)(first + j + i) * k_row;
+            __m512bh kv[8];
+            for (int t = 0; t < pairs; t++) kv[t] = (__m512bh)_mm512_loadu_si512((const void *)(row + t * 32));
+            for (int r = 0; r < group; r++) {
+                __m512 s = _mm512_setzero_ps();
+                for (int t = 0; t < pairs; t++) s = _mm512_dpbf16_ps(s, qv[r][t], kv[t]);
+                parts[r][i] = s;
+            }
+        }
+        for (int r = 0; r < group; r++)
+            _mm512_store_ps(scores[r] + j, _mm512_mul_ps(sums16(parts[r]), _mm512_set1_ps(c)));
+    }
+    for (; j < length; j++) {
         const uint16_t *row = k + (int64_t)(first + j) * k_row;
         __m512bh kv[8];
         for (int t = 0; t < pairs; t++) kv[t] = (__m512bh)_mm512_loadu_si512((const void *)(row + t * 32));
@@ -214,10 +265,9 @@ static void one_query_split(const uint16_t *q, int64_t q_head, int group, const 
     }
     for (int r = 0; r < group; r++) {
         float top = -INFINITY;
-        for (int j = 0; j < length; j++) top = fmaxf(top, scores[r][j]);
+        for (j = 0; j < length; j++) top = fmaxf(top, scores[r][j]);
         __m512 sum = _mm512_setzero_ps(), mv = _mm512_set1_ps(top);
-        int j = 0;
-        for (; j + 16 <= length; j += 16) {
+        for (j = 0; j + 16 <= length; j += 16) {
             __m512 p = exp2_ps(_mm512_sub_ps(_mm512_loadu_ps(scores[r] + j), mv));
             _mm512_storeu_ps(scores[r] + j, p);
             sum = _mm512_add_ps(sum, p);
@@ -229,19 +279,11 @@ static void one_query_split(const uint16_t *q, int64_t q_head, int group, const 
         }
         m_out[r] = top;
         l_out[r] = _mm512_reduce_add_ps(sum) + tail;
-        memset(acc_out + r * d, 0, sizeof(float) * d);
     }
-    for (int j = 0; j < length; j++) {
-        const uint16_t *row = v + (int64_t)(first + j) * v_row;
-        for (int slice = 0; slice < d / 16; slice++) {
-            __m512 value = _mm512_castsi512_ps(_mm512_slli_epi32(
-                _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(row + slice * 16))), 16));
-            for (int r = 0; r < group; r++) {
-                float *to = acc_out + r * d + slice * 16;
-                _mm512_storeu_ps(to, _mm512_fmadd_ps(_mm512_set1_ps(scores[r][j]), value, _mm512_loadu_ps(to)));
-            }
-        }
-    }
+    const uint16_t *values = v + (int64_t)first * v_row;
+    for (int slice = 0; slice < d / 16; slice++)
+        values_slice((const float (*)[SPLIT])scores, group, values + slice * 16, v_row, length, acc_out + slice * 16,
+                     d);
 }
 
 /* One query per head (a decode step): q (H, D) with a head stride, over every key of k and v (H / group, N, D);
