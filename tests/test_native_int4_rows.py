@@ -37,8 +37,8 @@ def rows(count: int, width: int, seed: int) -> torch.Tensor:
 
 
 def exact_and_bound(int4: Int4Linear, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(the product with the dequantized weights, exact in float64, and what the kernel may differ from it by): each input
-    rounded to a 32767th of its group's largest magnitude errs by at most half of that, times the weights' sizes;
+    """(the product with the dequantized weights, exact in float64, and what the kernel may differ from it by): each
+    input rounded to a 32767th of its group's largest magnitude errs by at most half of that, times the weights' sizes;
     fp32 sums add their rounding."""
     weight = int4.dequantized(torch.float64)
     exact = F.linear(x.double(), weight)

@@ -2,8 +2,8 @@
 (`native/rows_bf16w.c`), int8 weights with a scale per row (`native/rows_int8w.c`) and 4-bit weights in torch's
 packing (`native/rows_int4w.c`).
 
-A decode step multiplies one row by every weight of the model, so its time is the time to read the weights. Two
-kinds of model read them here instead of through torch's product:
+A decode step multiplies one row by every weight of the model, so its time is the time to read the weights. These
+models read them here instead of through torch's product:
 - a model computing in fp32 with its weights kept bf16 (`runtime/bf16_weights.py`): torch has no product of fp32
   rows with bf16 weights, and widening every weight at every step is several times slower;
 - a model computing in bf16 on the CPU (`take_rows`): torch's one-row bf16 product runs far below the memory
@@ -12,9 +12,9 @@ kinds of model read them here instead of through torch's product:
 - a model with int8 weights (`--load-8bit`, `runtime/int8_linear.py`), in either dtype: torch's one-row int8 product
   (`_weight_int8pack_mm`) ran slower than the fp32 product on AVX2 CPUs, so int8 weights decoded no faster;
 - a model with 4-bit weights (`--load-int4`, `runtime/int4_linear.py`) on a CPU with AVX-512 VBMI and VNNI: torch's
-  int4 product (`_weight_int4pack_mm_for_cpu`) is bound by its arithmetic well below the memory's rate. This kernel holds
-  the row as 16-bit integers per group of 32 inputs (at least 15 bits of the group's largest magnitude), so its
-  outputs differ from the dequantized weights' product by that rounding as well as by the order of the sums.
+  int4 product (`_weight_int4pack_mm_for_cpu`) is bound by its arithmetic well below the memory's rate. This kernel
+  holds the row as 16-bit integers per group of 32 inputs (at least 15 bits of the group's largest magnitude), so
+  its outputs differ from the dequantized weights' product by that rounding as well as by the order of the sums.
 
 The kernels widen bf16 and int8 numbers exactly and sum the products in fp32, eight lanes and four accumulators to
 a row (an int8 row's sum then times its scale), so their outputs differ from torch's only by the order of the sums

@@ -237,7 +237,8 @@ static void one_query_split(const uint16_t *q, int64_t q_head, int group, const 
     __m512bh qv[GROUP][8];
     int length = last - first, pairs = d / 32;
     for (int r = 0; r < group; r++)
-        for (int t = 0; t < pairs; t++) qv[r][t] = (__m512bh)_mm512_loadu_si512((const void *)(q + r * q_head + t * 32));
+        for (int t = 0; t < pairs; t++)
+            qv[r][t] = (__m512bh)_mm512_loadu_si512((const void *)(q + r * q_head + t * 32));
     int j = 0;
     for (; j + 16 <= length; j += 16) {
         for (int i = 0; i < 16; i++) {
