@@ -160,21 +160,20 @@ class Int4Linear(nn.Module):
         if torch.is_grad_enabled() and x.requires_grad:
             return F.linear(x, self.dequantized().to(x.dtype), self.bias)
         if rows <= ROWS:
-            if torch.compiler.is_compiling():  # a compiled step (`--compile-decode`) traces the product alone
-                return self._rows_product(x, rows)
+            if torch.compiler.is_compiling():  # a compiled step (`--compile-decode`) traces the operator alone
+                return self._rows_product(x, rows, torch.ops.locret.int4_rows)
             with mark(ROWS_KERNEL):
-                return self._rows_product(x, rows)
+                return self._rows_product(x, rows, _kernel_rows)
         with mark(WIDEN):
             weight_t = self._widened_t()
         weight = weight_t.t() if x.dtype == torch.bfloat16 else widened(weight_t.t(), x.dtype)  # fp32: a buffer too
         return F.linear(x, weight, self.bias)
 
-    def _rows_product(self, x: torch.Tensor, rows: int) -> torch.Tensor:
-        """x's `rows` rows by locret's 4-bit kernel (`locret::int4_rows`, where built), else torch's int4 product,
+    def _rows_product(self, x: torch.Tensor, rows: int, product) -> torch.Tensor:
+        """x's `rows` rows by `product` (`_kernel_rows`, or in a compiled step the same as `locret::int4_rows`),
         plus the bias: (..., out) in x's dtype."""
-        flat = x.reshape(rows, self.in_features).to(torch.bfloat16)
-        out = torch.ops.locret.int4_rows(flat, self.packed, self.scales_zeros)
-        out = out.to(x.dtype).view(*x.shape[:-1], self.out_features)
+        out = product(x.reshape(rows, self.in_features), self.packed, self.scales_zeros)
+        out = out.view(*x.shape[:-1], self.out_features)
         return out if self.bias is None else out + self.bias
 
     def _widened_t(self) -> torch.Tensor:
@@ -191,13 +190,17 @@ class Int4Linear(nn.Module):
 
 
 def _kernel_rows(x: torch.Tensor, packed: torch.Tensor, scales_zeros: torch.Tensor) -> torch.Tensor:
-    """x's rows (bf16) times the packed weight by locret's kernel, else by torch's int4 product."""
+    """x's rows (fp32 or bf16) times the packed weight, in x's dtype: by locret's kernel, which takes either, else by
+    torch's int4 product on the rows rounded to bf16."""
     out = int4_rows_product(x, packed, scales_zeros)
-    return out if out is not None else torch.ops.aten._weight_int4pack_mm_for_cpu(x, packed, GROUP, scales_zeros)
+    if out is not None:
+        return out
+    product = torch.ops.aten._weight_int4pack_mm_for_cpu(x.to(torch.bfloat16), packed, GROUP, scales_zeros)
+    return product.to(x.dtype)
 
 
-# the product as an operator, so that a compiled step (`--compile-decode`) calls the kernel in its graph: a ctypes
-# call does not trace
+# the product as an operator, so that a compiled step (`--compile-decode`) calls the kernel in its graph (a ctypes
+# call does not trace); an eager step calls `_kernel_rows` itself
 _LIBRARY = torch.library.Library("locret", "FRAGMENT")
 _LIBRARY.define("int4_rows(Tensor x, Tensor packed, Tensor scales_zeros) -> Tensor")
 _LIBRARY.impl("int4_rows", _kernel_rows, "CPU")
