@@ -95,6 +95,8 @@ def test_a_plan_reads_for_its_questions_only_at_a_share_above_0():
         planned({"question_share": 1.5})
     with pytest.raises(SettingError, match="lazy_after prunes tokens before the questions are read"):
         planned({"question_share": 0.5, "lazy_after": 2}, questions=["Who?"])
+    unguided = planned({"question_share": 0.5, "lazy_after": 2}, questions=())  # `read`: no question to be late for
+    assert unguided.read.lazy_after == 2 and unguided.read_for == ()
 
 
 def test_ask_reads_for_its_question_and_a_saved_read_without_questions_serves_any(tmp_path):

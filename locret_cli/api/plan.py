@@ -129,7 +129,7 @@ def resolve(facts: ModelFacts, read: GivenSettings = None, answer: GivenSettings
     if saved is None:
         if policy == "locret" and not facts.has_heads and questions is not None:  # a plan that reads
             raise SettingError(NEEDS_HEADS)
-        chosen = _for_policy(chosen, policy_class, facts)
+        chosen = _for_policy(chosen, policy_class, facts, bool(questions) and policy_class.reads_for(chosen))
     answering = AnswerSettings(**_chosen(AnswerSettings, facts.defaults, _given(answer))).checked()
     history = history_tokens if history_tokens is not None else facts.defaults.get("history_tokens", HISTORY_TOKENS)
     if history < 0:
@@ -169,14 +169,15 @@ def _fixed(path: str, header: Mapping, given: Mapping[str, object]) -> ReadSetti
     return fixed
 
 
-def _for_policy(settings: ReadSettings, policy_class: type, facts: ModelFacts) -> ReadSettings:
-    """`settings` as the policy of `policy_class` reads with them on this model: LazyLLM prunes from its own cut unless one is
-    given; lazy prefill needs a policy and layers it can go by; the prompt's head and the stabilizers must fit."""
+def _for_policy(settings: ReadSettings, policy_class: type, facts: ModelFacts, guided: bool) -> ReadSettings:
+    """`settings` as the policy of `policy_class` reads with them on this model (`guided`: by the run's questions):
+    LazyLLM prunes from its own cut unless one is given; lazy prefill needs a policy and layers it can go by, and a
+    read that is not guided; the prompt's head and the stabilizers must fit."""
     from locret_cli.core.lazy_prefill import check_lazy
 
     if policy_class.prunes and not settings.lazy_after:
         settings = replace(settings, lazy_after=policy_class.lazy_cut(facts.layers))
-    check_lazy(settings, policy_class, facts.layers, facts.sliding)
+    check_lazy(settings, policy_class, facts.layers, facts.sliding, guided)
     if policy_class.evicts and facts.prompt.pinned + settings.stabilizers > settings.budget:
         raise SettingError(
             "the prompt's opening ({pinned} tokens, never evicted) and {stabilizers} {stabilizers_value} do not fit "

@@ -93,10 +93,12 @@ def lazy_layers(model, cache, after: int, decide: Decider) -> Iterator[None]:
             handle.remove()
 
 
-def check_lazy(settings: ReadSettings, policy: Policy, layers: int, sliding: bool = False) -> None:
+def check_lazy(settings: ReadSettings, policy: Policy, layers: int, sliding: bool = False,
+               guided: bool = False) -> None:
     """Refuse lazy prefill where its rule has nothing to go by: a policy that never evicts or reads the question
-    after each chunk, or a cut at or above the model's last layer; and on a model with sliding layers, which must
-    see every token to hold their window."""
+    after each chunk, a read `guided` by its questions (`question_share`: the questions are read after the chunk
+    that lazy prefill has already pruned), or a cut at or above the model's last layer; and on a model with sliding
+    layers, which must see every token to hold their window."""
     if not settings.lazy_after:
         return
     if sliding:
@@ -106,7 +108,7 @@ def check_lazy(settings: ReadSettings, policy: Policy, layers: int, sliding: boo
     if not policy.evicts or policy.reads_question:
         raise SettingError("{lazy_after} prunes by an eviction policy's scores, and {policy} {policy_value} has none "
                            "to prune by", policy_value=policy.name)
-    if policy.reads_for(settings):
+    if guided:
         raise SettingError("{lazy_after} prunes tokens before the questions are read after them; read with "
                            "{question_share} 0 or without {lazy_after}")
     if settings.lazy_after >= layers:
