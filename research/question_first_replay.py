@@ -29,10 +29,9 @@ from locret_cli.api import load_session
 from locret_cli.api.answer_checks import unfound
 from locret_cli.checks.grounding import REFUSAL, DocumentText, ground
 from locret_cli.core.answer.answerable import answerable_share, with_answerable_check
-from locret_cli.core.answer.reread import SEPARATOR, locate
+from locret_cli.core.answer.reread import locate, read_windows
 from locret_cli.core.engine import Engine
 from locret_cli.inputs.prompt import conversation_ids
-from locret_cli.inputs.sources import TokenChunk
 from locret_cli.inputs.tokenizer import encode_text
 from research.answer_check_replay import pending_questions, replay_parser, table_row
 
@@ -44,17 +43,8 @@ THRESHOLDS = (0.5, 0.6, 0.65, 0.7, 0.725, 0.75, 0.8)
 
 def read_after_question(reading, spans: list[tuple[int, int]], asked: str, answering) -> Engine:
     """An engine that has read the prompt's head, the question, and the windows `spans` whole (full cache)."""
-    tokenizer, ids_in = reading.tokenizer, reading.input_ids
-    separator = encode_text(tokenizer, SEPARATOR)
-    ids = ids_in[:reading.engine.pinned].tolist() + encode_text(tokenizer, f"Question: {asked.strip()}\n\n"
-                                                                            f"{INTRODUCTION}")
-    for first, end in spans:
-        ids += separator + ids_in[first:end].tolist()
-    ids += separator
-    engine = reading.engine.over_text(len(ids), answering)
-    size = engine.settings.chunk_size
-    engine.read(TokenChunk(ids[i:i + size], None, None, 0) for i in range(0, len(ids), size))
-    return engine
+    lead = encode_text(reading.tokenizer, f"Question: {asked.strip()}\n\n{INTRODUCTION}")
+    return read_windows(reading.engine, reading.tokenizer, reading.input_ids, spans, answering, lead)[0]
 
 
 def variant_rows(reading, spans, question, numbers, answering) -> list[dict]:

@@ -126,17 +126,17 @@ def resolve(facts: ModelFacts, read: GivenSettings = None, answer: GivenSettings
         if (owner := knob_owner(name)) not in (None, policy) and value != getattr(defaults, name):
             warnings.append(SettingError("{%s} is a setting of the %s policy; {policy} {policy_value} does not read it"
                                          % (name, owner), policy_value=policy))
+    read_for = tuple(questions or ()) if policy_class.reads_for(chosen) and saved is None else ()
     if saved is None:
         if policy == "locret" and not facts.has_heads and questions is not None:  # a plan that reads
             raise SettingError(NEEDS_HEADS)
-        chosen = _for_policy(chosen, policy_class, facts, bool(questions) and policy_class.reads_for(chosen))
+        chosen = _for_policy(chosen, policy_class, facts, guided=bool(read_for))
     answering = AnswerSettings(**_chosen(AnswerSettings, facts.defaults, _given(answer))).checked()
     history = history_tokens if history_tokens is not None else facts.defaults.get("history_tokens", HISTORY_TOKENS)
     if history < 0:
         raise SettingError("{history_tokens} must be zero or more, got {value}", value=history)
     for question in questions or ():
         check_question(question)
-    read_for = tuple(questions or ()) if policy_class.reads_for(chosen) and saved is None else ()
     if policy_class.reads_question and saved is None and questions is not None and not read_for:
         raise SettingError("the {policy} {policy_value} policy reads the document with its questions: ask FILE "
                            "QUESTION, or give {questions}", policy_value=policy)

@@ -17,6 +17,7 @@ ones, and the question is answered again from all of them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import torch
@@ -152,11 +153,11 @@ def merged(first: list[tuple[int, int]], second: list[tuple[int, int]]) -> tuple
 
 
 def read_windows(reader: Engine, tokenizer, input_ids: torch.Tensor, spans: list[tuple[int, int]],
-                 answering: AnswerSettings) -> tuple[Engine, float]:
-    """An engine that has read the prompt's head and the windows `spans` whole, with a full cache
-    (`Engine.over_text`), ready for a question; (the engine, how long reading the windows took)."""
+                 answering: AnswerSettings, lead_ids: Sequence[int] = ()) -> tuple[Engine, float]:
+    """An engine that has read the prompt's head (then `lead_ids`, where given) and the windows `spans` whole, with
+    a full cache (`Engine.over_text`), ready for a question; (the engine, how long reading the windows took)."""
     separator = encode_text(tokenizer, SEPARATOR)
-    ids = input_ids[:reader.pinned].tolist()
+    ids = input_ids[:reader.pinned].tolist() + list(lead_ids)
     for first, end in spans:
         ids += separator + input_ids[first:end].tolist()
     ids += separator
