@@ -4,6 +4,11 @@ by identity."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -13,6 +18,7 @@ from helpers.models import save_model_dir, tiny_model
 from torch import nn
 
 from locret_cli.core.identity import SAME_MODEL, similarity, weight_samples
+from locret_cli.errors import LocretError
 from locret_cli.models.loading import load_model
 from locret_cli.runtime import int4_linear
 from locret_cli.runtime.int4_linear import GROUP, Int4Linear, _quantized_block, four_bit_layers, quantize_groups
@@ -162,3 +168,61 @@ def test_load_int4_hands_back_each_weight_it_quantized_and_keeps_the_files_numbe
     for name, layer in quantized:
         packed, scales_zeros = quantize_groups(stored[f"{name}.weight"])
         assert torch.equal(layer.packed, packed) and torch.equal(layer.scales_zeros, scales_zeros)
+
+
+READ_BACK = """
+import torch
+from torch import nn
+from locret_cli.errors import LocretError
+from locret_cli.runtime.int4_linear import Int4Linear, packing_block
+torch.manual_seed(0)
+q = torch.randint(0, 16, (192, 128), dtype=torch.int32)
+ones = torch.stack([torch.ones(4, 192), torch.full((4, 192), 8.0)], -1).to(torch.bfloat16)
+try:
+    int4 = Int4Linear(torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 2), ones, 128, None)
+    read = [torch.equal(int4.dequantized().to(torch.int32), q),
+            torch.equal(int4._widened_t().t().to(torch.int32), q),
+            torch.equal(int4.sampled_weight(torch.arange(q.numel())).to(torch.int32), q.reshape(-1))]
+    linear = nn.Linear(128, 192, bias=False)
+    rows = torch.randn(3, 128)
+    four = Int4Linear.from_linear(linear)
+    product = torch.allclose(four(rows), rows @ four.dequantized().float().t(), atol=0.05)
+    print(packing_block(), all(read), product)
+except LocretError as error:
+    print("refused:", error)
+"""
+
+
+@pytest.mark.parametrize("capability", ["avx2", "avx512"])
+def test_torchs_packing_is_read_back_on_each_kind_of_cpu(capability):
+    """torch packs 4-bit weights in blocks of 64 output rows where its kernels use AVX-512 and of 32 where they use
+    AVX2 (`ATEN_CPU_CAPABILITY` picks which, up to what the CPU has): both read back value for value, and a chunk's
+    product and a row's compute the dequantized weight's."""
+    if capability == "avx512" and "avx512bw" not in Path("/proc/cpuinfo").read_text():
+        pytest.skip("this CPU has no AVX-512: torch packs for AVX2 whatever is asked")
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": capability}
+    done = subprocess.run([sys.executable, "-c", READ_BACK], env=env, capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [{"avx2": "32", "avx512": "64"}[capability], "True", "True"]
+
+
+def test_a_packing_locret_cannot_read_is_refused_in_one_line():
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "default"}  # torch's kernels without SIMD pack another way
+    done = subprocess.run([sys.executable, "-c", READ_BACK], env=env, capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == ("refused: torch's 4-bit packing on this CPU is not one locret reads: load without "
+                                   "--load-int4")
+
+
+def test_the_cli_refuses_a_packing_it_cannot_read_in_one_line(tmp_path, monkeypatch):
+    def unreadable():
+        raise LocretError("torch's 4-bit packing on this CPU is not one locret reads: load without --load-int4")
+
+    monkeypatch.setattr(int4_linear, "packing_block", unreadable)
+    folder = str(save_model_dir(tiny_model("llama"), tmp_path / "llama"))
+    (tmp_path / "doc.txt").write_text(DOCUMENT)
+    refused = ask(tmp_path / "doc.txt", "q?", "--model", folder, "--policy", "streaming", "--load-int4")
+    assert refused.exit_code == 1 and "Traceback" not in refused.output
+    assert "not one locret reads: load without --load-int4" in refused.output

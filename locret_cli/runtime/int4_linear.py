@@ -3,9 +3,11 @@ and group of 32 inputs (`--load-int4`), as gpt-fast holds them.
 
 A decode step multiplies one row by every weight, so its time is the time to read the weights: 4 bits are a
 quarter of bf16's bytes and half of int8's. The weights are kept as torch packs them for its CPU int4 product
-(`_convert_weight_to_int4pack_for_cpu`), and that packing is all that is kept. A step's rows go to locret's kernel
-on that packing (`native/rows_int4w.c`, via `native_rows`) where the CPU has AVX-512 VBMI and VNNI, else to torch's
-product (`_weight_int4pack_mm_for_cpu`), which its arithmetic holds well below the memory's rate. A prefill chunk
+(`_convert_weight_to_int4pack_for_cpu`), and that packing is all that is kept. Its layout depends on the CPU torch
+runs on (output rows in blocks of 64 where its kernels use AVX-512, of 32 where they use AVX2), so it is read the way
+torch packed it here (`packing_block`). A step's rows go to locret's kernel on that packing (`native/rows_int4w.c`, via
+`native_rows`) where the CPU has AVX-512 VBMI and VNNI, else to torch's product (`_weight_int4pack_mm_for_cpu`),
+which its arithmetic holds well below the memory's rate. A prefill chunk
 multiplies faster by a dense product, so the weight is widened into one reused bf16 buffer first, by locret's small C
 kernel (`native/int4_weights.c`; where it is not built, by torch's ops, several times slower), and multiplied as
 usual.
@@ -30,6 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from locret_cli.core.profile_marks import ROWS_KERNEL, WIDEN, mark
+from locret_cli.errors import LocretError
 from locret_cli.runtime import native_build
 from locret_cli.runtime.bf16_weights import scratch, widened
 from locret_cli.runtime.mapped_pages import CheckpointPages
@@ -42,6 +45,26 @@ SPANS = (15, 14, 13, 12)  # the grids looked for: a Q4_K block's range is 15 or 
 BLOCK_ROWS = 4096  # rows quantized at a time
 
 
+@functools.cache
+def packing_block() -> int:
+    """How many output rows torch's CPU int4 packing holds in one block on this CPU (64 with AVX-512, 32 with AVX2):
+    the one of 64, 32 and 16 under which a packed probe reads back value for value."""
+    q = (torch.arange(64 * 64, dtype=torch.int32).reshape(64, 64) * 7 // 3) % 16
+    flat = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 2).reshape(-1).to(torch.int32)
+    n, k = torch.arange(64)[:, None], torch.arange(64)[None, :]
+    for block in (64, 32, 16):
+        bits = flat[_packed_byte(n, k, 64, block)]
+        if torch.equal(torch.where(n % block < block // 2, bits & 15, bits >> 4), q):
+            return block
+    raise LocretError("torch's 4-bit packing on this CPU is not one locret reads: load without --load-int4")
+
+
+def _packed_byte(n: torch.Tensor, k: torch.Tensor, inputs: int, block: int) -> torch.Tensor:
+    """The byte of torch's packing that holds output row `n`'s value for input `k` (low nibble for the block's first
+    half of rows, high for its second)."""
+    return ((n // block) * (inputs // 2) + k // 2) * block + (block // 2) * (k % 2) + n % (block // 2)
+
+
 def takes(linear: nn.Linear) -> bool:
     """Whether torch's int4 packing takes this layer's weight: outputs a multiple of 64, inputs of `GROUP`."""
     out, inputs = linear.weight.shape
@@ -51,9 +74,10 @@ def takes(linear: nn.Linear) -> bool:
 def quantize_groups(weight: torch.Tensor, pages: CheckpointPages | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(packed, scales_zeros) for `weight` (out, in): the 4-bit values in torch's CPU packing (out, in / 2) uint8, and
     per group of `GROUP` inputs and output row the scale and zero (in / GROUP, out, 2) in bf16, with weight ≈
-    (q - 8) × scale + zero. `BLOCK_ROWS` rows at a time (a multiple of 64: torch packs blocks of 64 rows apart), so
-    that the intermediates of an output layer stay small; with `pages`, each block's checkpoint pages are handed back
+    (q - 8) × scale + zero. `BLOCK_ROWS` rows at a time (a multiple of 64: torch packs blocks of at most 64 rows apart),
+    so that the intermediates of an output layer stay small; with `pages`, each block's checkpoint pages are handed back
     once it is quantized, as `int8_linear.quantize_rows` hands them back."""
+    packing_block()  # a packing locret cannot read is refused before any weight is quantized
     out, inputs = weight.shape
     packed = torch.empty(out, inputs // 2, dtype=torch.uint8)
     step, low = torch.empty(out, inputs // GROUP), torch.empty(out, inputs // GROUP)
@@ -139,7 +163,8 @@ class Int4Linear(nn.Module):
     def dequantized(self, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
         """The weight (out, in) in `dtype` (float64: exactly as the scales and zeros give it), a tensor of its own
         (by torch's ops)."""
-        blocks = self.packed.view(self.out_features // 64, self.in_features // 2, 2, 32)
+        block = packing_block()
+        blocks = self.packed.view(self.out_features // block, self.in_features // 2, 2, block // 2)
         q = torch.stack([blocks & 15, blocks >> 4], 2).permute(0, 2, 4, 1, 3).reshape(self.out_features, -1)
         wide = torch.float64 if dtype == torch.float64 else torch.float32
         scale, zero = (self.scales_zeros[..., i].t().to(wide).repeat_interleave(GROUP, 1) for i in (0, 1))
@@ -148,9 +173,9 @@ class Int4Linear(nn.Module):
     def sampled_weight(self, index: torch.Tensor) -> torch.Tensor:
         """The weight's values (fp32) at flat indices `index` of its (out, in) shape, read from the packing."""
         n, k = index // self.in_features, index % self.in_features
-        byte = ((n // 64) * (self.in_features // 2) + k // 2) * 64 + 32 * (k % 2) + n % 32
-        bits = self.packed.reshape(-1)[byte].to(torch.int32)
-        q = torch.where(n % 64 < 32, bits & 15, bits >> 4)
+        block = packing_block()
+        bits = self.packed.reshape(-1)[_packed_byte(n, k, self.in_features, block)].to(torch.int32)
+        q = torch.where(n % block < block // 2, bits & 15, bits >> 4)
         sz = self.scales_zeros[k // GROUP, n].float()
         return ((q - 8) * sz[:, 0] + sz[:, 1]).to(torch.bfloat16).float()  # as `dequantized` rounds
 
@@ -181,7 +206,8 @@ class Int4Linear(nn.Module):
         buffer = scratch(self.in_features * self.out_features, torch.bfloat16).view(self.in_features, -1)
         functions = int4_kernels()
         if functions is None or functions.widen_int4(self.packed.data_ptr(), self.out_features, self.in_features,
-                                                     self.scales_zeros.data_ptr(), GROUP, buffer.data_ptr()) != 0:
+                                                     self.scales_zeros.data_ptr(), GROUP, packing_block(),
+                                                     buffer.data_ptr()) != 0:
             buffer.copy_(self.dequantized().t())
         return buffer
 
@@ -192,7 +218,7 @@ class Int4Linear(nn.Module):
 def _kernel_rows(x: torch.Tensor, packed: torch.Tensor, scales_zeros: torch.Tensor) -> torch.Tensor:
     """x's rows (fp32 or bf16) times the packed weight, in x's dtype: by locret's kernel, which takes either, else by
     torch's int4 product on the rows rounded to bf16."""
-    out = int4_rows_product(x, packed, scales_zeros)
+    out = int4_rows_product(x, packed, scales_zeros, packing_block())
     if out is not None:
         return out
     product = torch.ops.aten._weight_int4pack_mm_for_cpu(x.to(torch.bfloat16), packed, GROUP, scales_zeros)
@@ -218,6 +244,6 @@ def int4_kernels() -> ctypes.CDLL | None:
     library = built[0]
     pointer, size = ctypes.c_void_p, ctypes.c_int64
     library.widen_int4.restype, library.quantize_int4.restype = ctypes.c_int, ctypes.c_int64
-    library.widen_int4.argtypes = [pointer, size, size, pointer, size, pointer]
+    library.widen_int4.argtypes = [pointer, size, size, pointer, size, size, pointer]
     library.quantize_int4.argtypes = [pointer, size, ctypes.c_float, pointer, pointer, pointer]
     return library

@@ -117,12 +117,14 @@ def int8_rows_product(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor,
     return _run(functions[x.dtype], x, q, scale, bias)
 
 
-def int4_rows_product(x: torch.Tensor, packed: torch.Tensor, scales_zeros: torch.Tensor) -> torch.Tensor | None:
+def int4_rows_product(x: torch.Tensor, packed: torch.Tensor, scales_zeros: torch.Tensor,
+                      block: int = 64) -> torch.Tensor | None:
     """x (..., in), fp32 or bf16, of at most `ROWS` rows times the 4-bit weight `packed` (out, in / 2) uint8 in
-    torch's CPU packing with `scales_zeros` (in / 32, out, 2) bf16: (..., out) in x's dtype, by the 4-bit kernel;
-    None where it is not built, this CPU lacks what it needs, or it does not take these tensors."""
+    torch's CPU packing of `block` output rows a block with `scales_zeros` (in / 32, out, 2) bf16: (..., out) in x's
+    dtype, by the 4-bit kernel; None where it is not built, this CPU lacks what it needs, or it does not take these
+    tensors (the kernel reads blocks of 64 rows, as torch packs them where its kernels use AVX-512)."""
     functions = int4_kernels()
-    if not (_takes(x, functions) and packed.dtype == torch.uint8 and packed.is_contiguous()
+    if not (_takes(x, functions) and block == 64 and packed.dtype == torch.uint8 and packed.is_contiguous()
             and scales_zeros.dtype == torch.bfloat16 and scales_zeros.is_contiguous()):
         return None
     return _run(functions[x.dtype], x, packed, scales_zeros)

@@ -2,19 +2,20 @@
  * chunk's product.
  *
  * The weights are held as torch packs them for its CPU int4 product (`_convert_weight_to_int4pack_for_cpu` with two
- * inner k-tiles), which a decode step calls directly: output rows in blocks of 64; in a block, one 64-byte line per
- * pair of inputs k = 2j, 2j + 1, whose bytes 0-31 hold input 2j and bytes 32-63 input 2j + 1, each byte's low nibble
- * for the block's output rows 0-31 and its high nibble for rows 32-63. A weight is (q - 8) × scale + zero, with one
+ * inner k-tiles), which a decode step calls directly: output rows in blocks of `block` (64 where torch's kernels use
+ * AVX-512, 32 where they use AVX2); in a block, one `block`-byte line per pair of inputs k = 2j, 2j + 1, whose first
+ * half holds input 2j and second half input 2j + 1, each byte's low nibble for the block's first half of output rows
+ * and its high nibble for its second half. A weight is (q - 8) × scale + zero, with one
  * scale and zero per output row and group of `group` inputs, stored (in / group, out, 2) in bf16.
  *
  * A chunk of many rows multiplies faster by a dense bf16 product than by torch's int4 one, so the weight is widened
- * into a buffer first. It is written transposed, (in, out): then each packed line widens to two runs of 64
+ * into a buffer first. It is written transposed, (in, out): then each packed line widens to two runs of `block` / 2
  * contiguous outputs, which the compiler vectorizes, and the product takes the buffer as the transposed weight.
  * Each value is computed in fp32 and rounded to bf16 once, to nearest even. Threads (OpenMP, torch's runtime once
  * torch is loaded) take pairs of inputs.
  *
- * widen_int4: packed (out / 64, in / 2, 64) uint8; scales_zeros (in / group, out, 2) bf16; wt (in, out) bf16.
- * Returns 0, or 1 where out is not a multiple of 64, in not a multiple of group or group not even.
+ * widen_int4: packed (out / block, in / 2, block) uint8; scales_zeros (in / group, out, 2) bf16; wt (in, out) bf16.
+ * Returns 0, or 1 where out is not a multiple of block, in not a multiple of group, or block or group not even.
  *
  * quantize_int4: w (groups, 32) fp32, each row one group of 32 inputs; q (groups, 32) int32 in 0..15; step and low
  * (groups,) fp32, with w ≈ low + q × step; returns how many groups kept a grid. A group whose values lie on an evenly spaced grid (each within `slack` of
@@ -38,24 +39,24 @@ static inline uint16_t round_bf16(float f) { /* to nearest even; the weights hol
 }
 
 int widen_int4(const uint8_t *packed, int64_t out, int64_t in, const uint16_t *scales_zeros, int64_t group,
-               uint16_t *wt) {
-    if (out % 64 || group % 2 || in % group)
+               int64_t block, uint16_t *wt) {
+    if (block % 2 || out % block || group % 2 || in % group)
         return 1;
-    const int64_t blocks = out / 64, pairs = in / 2;
+    const int64_t blocks = out / block, pairs = in / 2, half = block / 2;
 #pragma omp parallel for schedule(static)
     for (int64_t j = 0; j < pairs; j++) {
         for (int k = 0; k < 2; k++) {
             const uint16_t *sz = scales_zeros + ((2 * j + k) / group) * out * 2;
             uint16_t *row = wt + (2 * j + k) * out;
             for (int64_t b = 0; b < blocks; b++) {
-                const uint8_t *line = packed + (b * pairs + j) * 64 + 32 * k;
-                const uint16_t *low = sz + b * 128, *high = low + 64;
-                uint16_t *first = row + b * 64;
-                for (int c = 0; c < 32; c++) {
+                const uint8_t *line = packed + (b * pairs + j) * block + half * k;
+                const uint16_t *low = sz + b * 2 * block, *high = low + block;
+                uint16_t *first = row + b * block;
+                for (int64_t c = 0; c < half; c++) {
                     first[c] = round_bf16((float)((line[c] & 15) - 8) * widen_bf16(low[2 * c])
                                           + widen_bf16(low[2 * c + 1]));
-                    first[c + 32] = round_bf16((float)((line[c] >> 4) - 8) * widen_bf16(high[2 * c])
-                                               + widen_bf16(high[2 * c + 1]));
+                    first[c + half] = round_bf16((float)((line[c] >> 4) - 8) * widen_bf16(high[2 * c])
+                                                 + widen_bf16(high[2 * c + 1]));
                 }
             }
         }
