@@ -67,10 +67,18 @@ def timed_row(text: str | None) -> str:
 
 
 def decode_steps_row(text: str | None) -> str:
+    """`decode_step.py`'s last row at budget 1,024 as "column value" pairs, in one cell (its pipes would split the
+    table's row)."""
     if text is None:
         return MISSING
-    rows = [line for line in text.splitlines() if line.startswith("| 1,024")]
-    return rows[-1] if rows else "?"
+    lines = text.splitlines()
+    header = next((line for line in lines if line.startswith("| budget")), None)
+    rows = [line for line in lines if line.startswith("| 1,024")]
+    if header is None or not rows:
+        return "?"
+    names = [cell.strip() for cell in header.strip("|").split("|")][1:]
+    values = [cell.strip() for cell in rows[-1].strip("|").split("|")][1:]
+    return "; ".join(f"{name} {value}" for name, value in zip(names, values))
 
 
 def main() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from benchmarks.cpu_targets import MISSING, bench_rows, cpu_name, finished, read_row, timed_row
+from benchmarks.cpu_targets import MISSING, bench_rows, cpu_name, decode_steps_row, finished, read_row, timed_row
 
 FARM_BENCH = """farm-bench 3 | 2026-11-28, 2c/24GiB | AMD EPYC | not pinned
                      min      median         max   n: A 5; whole process
@@ -54,3 +54,17 @@ def test_only_runs_the_steps_it_names(tmp_path):
     assert "bench-qwen0.5b: done" in done.stdout and "bench: not in ONLY" in done.stdout
     assert sorted(p.name for p in out.glob("*.done")) == ["bench-qwen0.5b.done"]
     assert (out / "bench-qwen0.5b.out").read_text().startswith("ran bench --arch qwen2.5-0.5b")
+
+
+DECODE_STEPS = """smollm2-135m, int8 linears, AMD EPYC, 2 threads; median of 4 rounds, tok/s
+| budget | transformers | own step | its tokens | compiled step |
+|---:|---:|---:|---|---:|
+| 1,024 | 29.4 | 31.9 | the same | 46.7 |
+"""
+
+
+def test_the_decode_steps_row_names_each_figure_in_one_cell():
+    cell = decode_steps_row(DECODE_STEPS)
+    assert cell == "transformers 29.4; own step 31.9; its tokens the same; compiled step 46.7"
+    assert "|" not in cell
+    assert decode_steps_row(None) == MISSING and decode_steps_row("no table") == "?"
