@@ -33,7 +33,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from benchmarks.kernel_microbench import QWEN15_LINEARS, SMOLLM2_LINEARS, seconds
+from benchmarks.kernel_microbench import seconds
+from locret_cli.runtime.int8_linear import quantize_rows
+from research.cpu.int8_prefill import SHAPES
 
 
 def essays() -> list[str]:
@@ -122,8 +124,8 @@ def model_rows(args: argparse.Namespace) -> None:
     print(f"| fp32 | {fp32_time:.2f} | 1.00 | 1.000 | 0 |")
     originals = {name: child.weight.data.clone() for name, (_, _, child) in linears.items()}
     for _, _, child in linears.values():
-        scale = child.weight.abs().amax(dim=1, keepdim=True) / 127
-        child.weight.data = (child.weight / scale).round().clamp(-127, 127) * scale
+        q, scale = quantize_rows(child.weight)
+        child.weight.data = q.float() * scale[:, None]
     same, kl = compare(reference, forward(model, ids)[0])
     print(f"| int8 weights, fp32 inputs (`--load-8bit`'s values) | | | {same:.3f} | {kl:.4f} |")
     for name, (_, _, child) in linears.items():
@@ -155,7 +157,7 @@ def linear_rows(shape: str, rows: int) -> None:
     print(f"{shape}, {rows} rows, {torch.get_num_threads()} threads")
     print("| out × in | fp32 ms | fbgemm dynamic int8 ms | ratio |")
     print("|---|---:|---:|---:|")
-    for out_features, in_features in {"qwen2.5-1.5b": QWEN15_LINEARS, "smollm2-135m": SMOLLM2_LINEARS}[shape]:
+    for out_features, in_features in SHAPES[shape]:
         x = torch.randn(rows, in_features)
         linear = nn.Linear(in_features, out_features, bias=False)
         dynamic = DynamicInt8(linear, 0)
@@ -173,7 +175,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1024)
     parser.add_argument("--alpha", type=float, default=0.5)
     parser.add_argument("--keep", default="", help="linears left fp32, by the end of their names: down_proj,o_proj")
-    parser.add_argument("--linears", choices=["qwen2.5-1.5b", "smollm2-135m"])
+    parser.add_argument("--linears", choices=list(SHAPES))
     args = parser.parse_args()
     if args.linears:
         linear_rows(args.linears, args.rows)
