@@ -263,8 +263,11 @@ def int8_rows() -> None:
     kernel and by torch's `_weight_int8pack_mm`, and 4-bit weights (`--load-int4`'s packing, groups of 32) by
     torch's `_weight_int4pack_mm_for_cpu` (the row rounded to bf16 for it) and by locret's 4-bit kernel (a dash
     where this CPU lacks what it needs); the 4-bit bytes counted with the scales."""
-    from locret_cli.runtime.int4_linear import GROUP, quantize_groups
+    from locret_cli.runtime.int4_linear import GROUP, packing_block, quantize_groups
     from locret_cli.runtime.native_rows import int4_rows_product, int8_kernels, int8_rows_product, rows_product
+
+    def four_bit(x, packed, scales_zeros):
+        return int4_rows_product(x, packed, scales_zeros, packing_block())
 
     if int8_kernels() is None:
         raise SystemExit("locret's rows kernels are not built here (no AVX2 and FMA, or no C compiler)")
@@ -288,9 +291,9 @@ def int8_rows() -> None:
                           (lambda o, i: quantize_groups(torch.randn(o, i, dtype=torch.bfloat16) * 0.02),
                            lambda x, p, sz: torch.ops.aten._weight_int4pack_mm_for_cpu(x.bfloat16(), p, GROUP, sz)),
                           (lambda o, i: quantize_groups(torch.randn(o, i, dtype=torch.bfloat16) * 0.02),
-                           int4_rows_product)):
+                           four_bit)):
             weights = [(i, make(o, i)) for o, i in shapes]  # by width: a 4-bit packing's rows are half as wide
-            if way is int4_rows_product and int4_rows_product(inputs[1536], *weights[0][1]) is None:
+            if way is four_bit and four_bit(inputs[1536], *weights[0][1]) is None:
                 cells.append("-")
                 continue
             took = seconds(lambda: [way(inputs[i], *w) for i, w in weights], 10)

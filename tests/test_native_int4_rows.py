@@ -4,13 +4,18 @@ more); `--load-int4` layers decode through it, in eager and compiled steps, and 
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from locret_cli.runtime import int4_linear, native_rows
-from locret_cli.runtime.int4_linear import GROUP, Int4Linear
+from locret_cli.runtime.int4_linear import GROUP, Int4Linear, packing_block
 
 
 def layer(out: int, width: int, bias: bool = False, seed: int = 0) -> Int4Linear:
@@ -19,14 +24,16 @@ def layer(out: int, width: int, bias: bool = False, seed: int = 0) -> Int4Linear
 
 
 def kernel_runs() -> bool:
-    if native_rows.int4_kernels() is None:
+    if native_rows.int4_kernels(packing_block()) is None:
         return False
     probe = layer(64, 32)
-    return native_rows.int4_rows_product(torch.zeros(1, 32), probe.packed, probe.scales_zeros) is not None
+    product = native_rows.int4_rows_product(torch.zeros(1, 32), probe.packed, probe.scales_zeros, packing_block())
+    return product is not None
 
 
-needs_kernel = pytest.mark.skipif(not kernel_runs(), reason="the 4-bit rows kernel needs AVX-512 BW, VBMI and VNNI "
-                                                            "and a C compiler")
+needs_kernel = pytest.mark.skipif(not kernel_runs(), reason="the 4-bit rows kernel needs AVX2 and FMA (AVX-512 BW, "
+                                                            "VBMI and VNNI where torch packs blocks of 64) and a C "
+                                                            "compiler")
 
 
 def rows(count: int, width: int, seed: int) -> torch.Tensor:
@@ -55,7 +62,7 @@ def exact_and_bound(int4: Int4Linear, x: torch.Tensor) -> tuple[torch.Tensor, to
 def test_fp32_rows_are_the_dequantized_product_to_within_the_rows_16bit_rounding(count, width, out):
     int4 = layer(out, width, seed=width + count)
     x = rows(count, width, seed=count)
-    got = native_rows.int4_rows_product(x, int4.packed, int4.scales_zeros)
+    got = native_rows.int4_rows_product(x, int4.packed, int4.scales_zeros, packing_block())
     exact, bound = exact_and_bound(int4, x)
     assert got.dtype == torch.float32 and got.shape == (count, out)
     assert bool(((got.double() - exact).abs() <= bound).all())
@@ -67,7 +74,7 @@ def test_fp32_rows_are_the_dequantized_product_to_within_the_rows_16bit_rounding
 def test_bf16_rows_are_rounded_once_more(count, width):
     int4 = layer(128, width, seed=count)
     x = rows(count, width, seed=width).to(torch.bfloat16)
-    got = native_rows.int4_rows_product(x, int4.packed, int4.scales_zeros)
+    got = native_rows.int4_rows_product(x, int4.packed, int4.scales_zeros, packing_block())
     exact, bound = exact_and_bound(int4, x.float())
     assert got.dtype == torch.bfloat16 and got.shape == (count, 128)
     assert bool(((got.double() - exact).abs() <= bound + exact.abs() * 2.0 ** -8).all())
@@ -88,7 +95,7 @@ def test_the_bound_is_tight_enough_to_catch_a_lost_zero():
 
 def test_more_rows_than_a_step_are_not_taken():
     int4 = layer(64, 32)
-    assert native_rows.int4_rows_product(torch.zeros(5, 32), int4.packed, int4.scales_zeros) is None
+    assert native_rows.int4_rows_product(torch.zeros(5, 32), int4.packed, int4.scales_zeros, packing_block()) is None
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -106,3 +113,35 @@ def test_a_layers_row_goes_through_the_operator_and_torchs_product_where_the_ker
     flat = row.to(torch.bfloat16)
     torchs = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, int4.packed, GROUP, int4.scales_zeros)
     assert torch.equal(torch.ops.locret.int4_rows(flat, int4.packed, int4.scales_zeros), torchs)
+
+
+BOTH_PATHS = """
+import hashlib, torch
+from torch import nn
+from locret_cli.runtime import native_rows
+from locret_cli.runtime.int4_linear import Int4Linear, packing_block
+torch.manual_seed(0)
+int4 = Int4Linear.from_linear(nn.Linear(1536, 192, bias=False).to(torch.bfloat16))
+x = torch.randn(2, 1536) * ((torch.rand(2, 1536) < 0.03) * 49 + 1)
+outs = [native_rows.int4_rows_product(x.to(dtype), int4.packed, int4.scales_zeros, packing_block())
+        for dtype in (torch.float32, torch.bfloat16)]
+print(packing_block(), *(hashlib.sha256(out.contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()[:16]
+                         for out in outs))
+"""
+
+
+def test_the_avx2_and_avx512_paths_give_the_same_outputs_bit_for_bit():
+    """torch packs blocks of 32 under AVX2 and of 64 under AVX-512; both of the kernel's paths sum each group exactly
+    in int32 and add it in fp32 in the same order, so the same rows give the same outputs."""
+    cpu = Path("/proc/cpuinfo").read_text()
+    if not all(flag in cpu for flag in ("avx512bw", "avx512vbmi", "avx512_vnni")) or not kernel_runs():
+        pytest.skip("needs a CPU with AVX-512 BW, VBMI and VNNI, where both paths run")
+    printed = []
+    for capability in ("avx2", "avx512"):
+        env = {**os.environ, "ATEN_CPU_CAPABILITY": capability}
+        done = subprocess.run([sys.executable, "-c", BOTH_PATHS], env=env, capture_output=True, text=True,
+                              timeout=300, check=False)
+        assert done.returncode == 0, done.stderr
+        printed.append(done.stdout.split())
+    assert [p[0] for p in printed] == ["32", "64"]
+    assert printed[0][1:] == printed[1][1:]

@@ -6,8 +6,8 @@ quarter of bf16's bytes and half of int8's. The weights are kept as torch packs 
 (`_convert_weight_to_int4pack_for_cpu`), and that packing is all that is kept. Its layout depends on the CPU torch
 runs on (output rows in blocks of 64 where its kernels use AVX-512, of 32 where they use AVX2), so it is read the way
 torch packed it here (`packing_block`). A step's rows go to locret's kernel on that packing (`native/rows_int4w.c`, via
-`native_rows`) where the CPU has AVX-512 VBMI and VNNI, else to torch's product (`_weight_int4pack_mm_for_cpu`),
-which its arithmetic holds well below the memory's rate. A prefill chunk
+`native_rows`: blocks of 64 where the CPU has AVX-512 VBMI and VNNI, of 32 with AVX2), else to torch's product
+(`_weight_int4pack_mm_for_cpu`), which its arithmetic holds well below the memory's rate. A prefill chunk
 multiplies faster by a dense product, so the weight is widened into one reused bf16 buffer first, by locret's small C
 kernel (`native/int4_weights.c`; where it is not built, by torch's ops, several times slower), and multiplied as
 usual.

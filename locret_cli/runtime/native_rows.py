@@ -11,16 +11,17 @@ models read them here instead of through torch's product:
   weights' size again in memory (3.1 GB for Qwen2.5-Coder-1.5B). The kernel reads the weights in place;
 - a model with int8 weights (`--load-8bit`, `runtime/int8_linear.py`), in either dtype: torch's one-row int8 product
   (`_weight_int8pack_mm`) ran slower than the fp32 product on AVX2 CPUs, so int8 weights decoded no faster;
-- a model with 4-bit weights (`--load-int4`, `runtime/int4_linear.py`) on a CPU with AVX-512 VBMI and VNNI: torch's
-  int4 product (`_weight_int4pack_mm_for_cpu`) is bound by its arithmetic well below the memory's rate. This kernel
-  holds the row as 16-bit integers per group of 32 inputs (at least 15 bits of the group's largest magnitude), so
-  its outputs differ from the dequantized weights' product by that rounding as well as by the order of the sums.
+- a model with 4-bit weights (`--load-int4`, `runtime/int4_linear.py`): torch's int4 product
+  (`_weight_int4pack_mm_for_cpu`) is bound by its arithmetic well below the memory's rate. This kernel reads torch's
+  packing as torch made it on this CPU, blocks of 64 output rows (with AVX-512 VBMI and VNNI) or of 32 (with AVX2),
+  and holds the row as 16-bit integers per group of 32 inputs (at least 15 bits of the group's largest magnitude),
+  so its outputs differ from the dequantized weights' product by that rounding as well as by the order of the sums.
 
-The kernels widen bf16 and int8 numbers exactly and sum the products in fp32, eight lanes and four accumulators to
-a row (an int8 row's sum then times its scale), so their outputs differ from torch's only by the order of the sums
-(and, in bf16, by where that lands the one rounding to bf16). It runs on torch's own OpenMP threads. It is built where the CPU has AVX2 and FMA and a compiler
-builds it (`runtime/native_build.py`), unless `LOCRET_NATIVE_ROWS=0`; chunks of more than `ROWS` rows, and
-training, keep torch's product.
+The kernels widen bf16 and int8 numbers exactly and sum the products in fp32, four output rows at once so that each
+thread reads four streams of weights (an int8 row's sum then times its scale), so their outputs differ from torch's
+only by the order of the sums (and, in bf16, by where that lands the one rounding to bf16). They run on torch's own
+OpenMP threads. Each is built where the CPU has AVX2 and FMA and a compiler builds it (`runtime/native_build.py`),
+unless `LOCRET_NATIVE_ROWS=0`; chunks of more than `ROWS` rows, and training, keep torch's product.
 """
 
 from __future__ import annotations
@@ -70,10 +71,16 @@ def int8_kernels() -> Kernels | None:
     return _built("rows_int8w.c", {torch.float32: "rows_int8w", torch.bfloat16: "rows_int8"}, 3)
 
 
+INT4_FUNCTIONS = {64: {torch.float32: "rows_int4w", torch.bfloat16: "rows_int4"},  # by torch's packing block
+                  32: {torch.float32: "rows_int4w_b32", torch.bfloat16: "rows_int4_b32"}}
+
+
 @functools.cache
-def int4_kernels() -> Kernels | None:
-    """The 4-bit-weight kernel's functions (x and y in the key's dtype; scales and zeros bf16), or None (`_built`)."""
-    return _built("rows_int4w.c", {torch.float32: "rows_int4w", torch.bfloat16: "rows_int4"}, 2)
+def int4_kernels(block: int) -> Kernels | None:
+    """The 4-bit-weight kernel's functions for torch's packing in blocks of `block` output rows (x and y in the key's
+    dtype; scales and zeros bf16), or None (`_built`, or a block the kernel has no path for)."""
+    names = INT4_FUNCTIONS.get(block)
+    return None if names is None else _built("rows_int4w.c", names, 2)
 
 
 def _takes(x: torch.Tensor, functions: Kernels | None, *vectors: torch.Tensor | None) -> bool:
@@ -118,13 +125,13 @@ def int8_rows_product(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor,
 
 
 def int4_rows_product(x: torch.Tensor, packed: torch.Tensor, scales_zeros: torch.Tensor,
-                      block: int = 64) -> torch.Tensor | None:
+                      block: int) -> torch.Tensor | None:
     """x (..., in), fp32 or bf16, of at most `ROWS` rows times the 4-bit weight `packed` (out, in / 2) uint8 in
     torch's CPU packing of `block` output rows a block with `scales_zeros` (in / 32, out, 2) bf16: (..., out) in x's
-    dtype, by the 4-bit kernel; None where it is not built, this CPU lacks what it needs, or it does not take these
-    tensors (the kernel reads blocks of 64 rows, as torch packs them where its kernels use AVX-512)."""
-    functions = int4_kernels()
-    if not (_takes(x, functions) and block == 64 and packed.dtype == torch.uint8 and packed.is_contiguous()
+    dtype, by the 4-bit kernel; None where it is not built, this CPU lacks what its path for `block` needs (AVX-512
+    VBMI and VNNI for 64, AVX2 for 32), or it does not take these tensors."""
+    functions = int4_kernels(block)
+    if not (_takes(x, functions) and packed.dtype == torch.uint8 and packed.is_contiguous()
             and scales_zeros.dtype == torch.bfloat16 and scales_zeros.is_contiguous()):
         return None
     return _run(functions[x.dtype], x, packed, scales_zeros)

@@ -3,11 +3,13 @@
  * A model whose weights stay bf16 while it computes in fp32 (runtime/bf16_weights.py) multiplies one row at a time
  * while it decodes. That product reads every weight once, so its time is the time to read them: this kernel reads
  * the bf16 weights as they are stored (half the bytes of fp32 ones), widens each to fp32 exactly (a bf16 is the top
- * half of an fp32) and sums the products in fp32, eight lanes and four accumulators to a row, so that the result
- * is the fp32 product's to within fp32 rounding. Where the CPU has AVX-512, four output rows a quarter of the weight
- * apart are summed together, sixteen lanes and two accumulators to a row, so that each thread reads four long
- * streams: one row at a time, eight lanes wide, read the weights at about two thirds of the memory's rate.
- * Threads (OpenMP, torch's own runtime once torch is loaded) take blocks of output rows.
+ * half of an fp32) and sums the products in fp32, so that the result is the fp32 product's to within fp32 rounding.
+ * Four output rows a quarter of the weight apart are summed together (sixteen lanes and two accumulators to a row
+ * with AVX-512, eight lanes and two with AVX2), so that each thread reads four long streams: one row at a time read
+ * the weights at about two thirds of the memory's rate with AVX-512, and took a quarter longer than four streams
+ * with AVX2 (research/cpu/rows_streams.py). Rows left over (out not a multiple of 4) are summed one at a time,
+ * eight lanes and four accumulators. Threads (OpenMP, torch's own runtime once torch is loaded) take the quarters'
+ * rows in blocks.
  *
  * rows_bf16w: x (rows, in) fp32, row-major; w (out, in) bf16, row-major; bias (out,) fp32 or NULL; y (rows, out)
  * fp32.
@@ -23,8 +25,6 @@
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
-
-#define OUTPUTS 4 /* output rows per block a thread takes */
 
 static inline __m256 widen8(const uint16_t *p) {
     __m128i half = _mm_loadu_si128((const __m128i *)p);
@@ -83,12 +83,40 @@ static void dot4(const float *x, const uint16_t *w, int64_t stride, int64_t in, 
         out[r] = total;
     }
 }
+#else
+static inline float sum8(__m256 a) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    s = _mm_hadd_ps(s, s);
+    s = _mm_hadd_ps(s, s);
+    return _mm_cvtss_f32(s);
+}
+
+/* The same with AVX2: eight lanes and two accumulators to a row (eight accumulators in all, as many as the FMA
+ * units keep busy), four streams at once. */
+static void dot4(const float *x, const uint16_t *w, int64_t stride, int64_t in, float *out) {
+    __m256 a[4][2];
+    for (int r = 0; r < 4; r++)
+        a[r][0] = a[r][1] = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= in; i += 16) {
+        __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
+        for (int r = 0; r < 4; r++) {
+            a[r][0] = _mm256_fmadd_ps(widen8(w + r * stride + i), x0, a[r][0]);
+            a[r][1] = _mm256_fmadd_ps(widen8(w + r * stride + i + 8), x1, a[r][1]);
+        }
+    }
+    for (int r = 0; r < 4; r++) {
+        float total = sum8(_mm256_add_ps(a[r][0], a[r][1]));
+        for (int64_t j = i; j < in; j++)
+            total += widen1(w[r * stride + j]) * x[j];
+        out[r] = total;
+    }
+}
 #endif
 
-/* sums (rows, out) = x wᵀ in fp32: with AVX-512 by `dot4` over the four quarters of the outputs, the rows left
- * over (out not a multiple of 4) by `dot`; else blocks of `OUTPUTS` rows, row by row. */
+/* sums (rows, out) = x wᵀ in fp32: by `dot4` over the four quarters of the outputs, the rows left over (out not a
+ * multiple of 4) by `dot`. */
 static void raw_sums(const float *x, int64_t rows, int64_t in, const uint16_t *w, int64_t out, float *sums) {
-#if defined(__AVX512F__)
     int64_t quarter = out / 4;
 #pragma omp parallel for schedule(static)
     for (int64_t o = 0; o < quarter; o++)
@@ -101,15 +129,6 @@ static void raw_sums(const float *x, int64_t rows, int64_t in, const uint16_t *w
     for (int64_t o = 4 * quarter; o < out; o++)
         for (int64_t r = 0; r < rows; r++)
             sums[r * out + o] = dot(x + r * in, w + o * in, in);
-#else
-#pragma omp parallel for schedule(static)
-    for (int64_t first = 0; first < out; first += OUTPUTS) {
-        int64_t last = first + OUTPUTS < out ? first + OUTPUTS : out;
-        for (int64_t r = 0; r < rows; r++)
-            for (int64_t o = first; o < last; o++)
-                sums[r * out + o] = dot(x + r * in, w + o * in, in);
-    }
-#endif
 }
 
 int rows_bf16w(const float *x, int64_t rows, int64_t in, const uint16_t *w, int64_t out, const float *bias,

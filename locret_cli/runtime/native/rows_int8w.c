@@ -3,12 +3,14 @@
  * decode step.
  *
  * That product reads every weight once, so its time is the time to read them: an int8 weight is a quarter of an
- * fp32 one's bytes and half a bf16 one's. Each int8 widens to fp32 exactly; the products are summed in fp32, eight
- * lanes and four accumulators to a row, and the row's sum is multiplied by its scale once, so the result is the
- * product with the dequantized weights (q × scale) to within fp32 rounding. Where the CPU has AVX-512, four output
- * rows a quarter of the weight apart are summed at once, sixteen lanes and two accumulators to a row, so that each
- * thread reads four long streams: one row at a time, eight lanes wide, read the weights at about half the memory's
- * rate. Threads (OpenMP, torch's own runtime once torch is loaded) take blocks of output rows.
+ * fp32 one's bytes and half a bf16 one's. Each int8 widens to fp32 exactly; the products are summed in fp32 and the
+ * row's sum is multiplied by its scale once, so the result is the product with the dequantized weights (q × scale)
+ * to within fp32 rounding. Four output rows a quarter of the weight apart are summed at once (sixteen lanes and two
+ * accumulators to a row with AVX-512, eight lanes and two with AVX2), so that each thread reads four long streams:
+ * one row at a time read the weights at about half the memory's rate with AVX-512, and took a third longer than
+ * four streams with AVX2 (research/cpu/rows_streams.py).
+ * Rows left over (out not a multiple of 4) are summed one at a time. Threads (OpenMP, torch's own runtime once
+ * torch is loaded) take the quarters' rows in blocks.
  *
  * rows_int8w: x (rows, in) fp32, row-major; q (out, in) int8, row-major; scale (out,) fp32; bias (out,) fp32 or
  * NULL; y (rows, out) fp32.
@@ -23,8 +25,6 @@
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
-
-#define OUTPUTS 4 /* output rows per block a thread takes */
 
 static inline __m256 widen8(const int8_t *p) {
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
@@ -81,12 +81,40 @@ static void dot4(const float *x, const int8_t *q, int64_t stride, int64_t in, fl
         out[r] = total;
     }
 }
+#else
+static inline float sum8(__m256 a) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    s = _mm_hadd_ps(s, s);
+    s = _mm_hadd_ps(s, s);
+    return _mm_cvtss_f32(s);
+}
+
+/* The same with AVX2: eight lanes and two accumulators to a row (eight accumulators in all, as many as the FMA
+ * units keep busy), four streams at once. */
+static void dot4(const float *x, const int8_t *q, int64_t stride, int64_t in, float *out) {
+    __m256 a[4][2];
+    for (int r = 0; r < 4; r++)
+        a[r][0] = a[r][1] = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= in; i += 16) {
+        __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
+        for (int r = 0; r < 4; r++) {
+            a[r][0] = _mm256_fmadd_ps(widen8(q + r * stride + i), x0, a[r][0]);
+            a[r][1] = _mm256_fmadd_ps(widen8(q + r * stride + i + 8), x1, a[r][1]);
+        }
+    }
+    for (int r = 0; r < 4; r++) {
+        float total = sum8(_mm256_add_ps(a[r][0], a[r][1]));
+        for (int64_t j = i; j < in; j++)
+            total += (float)q[r * stride + j] * x[j];
+        out[r] = total;
+    }
+}
 #endif
 
-/* sums (rows, out) = x qᵀ in fp32: with AVX-512 by `dot4` over the four quarters of the outputs, the rows left over
- * (out not a multiple of 4) by `dot`; else blocks of `OUTPUTS` rows, row by row. */
+/* sums (rows, out) = x qᵀ in fp32: by `dot4` over the four quarters of the outputs, the rows left over (out not a
+ * multiple of 4) by `dot`. */
 static void raw_sums(const float *x, int64_t rows, int64_t in, const int8_t *q, int64_t out, float *sums) {
-#if defined(__AVX512F__)
     int64_t quarter = out / 4;
 #pragma omp parallel for schedule(static)
     for (int64_t o = 0; o < quarter; o++)
@@ -99,15 +127,6 @@ static void raw_sums(const float *x, int64_t rows, int64_t in, const int8_t *q, 
     for (int64_t o = 4 * quarter; o < out; o++)
         for (int64_t r = 0; r < rows; r++)
             sums[r * out + o] = dot(x + r * in, q + o * in, in);
-#else
-#pragma omp parallel for schedule(static)
-    for (int64_t first = 0; first < out; first += OUTPUTS) {
-        int64_t last = first + OUTPUTS < out ? first + OUTPUTS : out;
-        for (int64_t r = 0; r < rows; r++)
-            for (int64_t o = first; o < last; o++)
-                sums[r * out + o] = dot(x + r * in, q + o * in, in);
-    }
-#endif
 }
 
 int rows_int8w(const float *x, int64_t rows, int64_t in, const int8_t *q, int64_t out, const float *scale,
