@@ -1,5 +1,6 @@
 """A model's decode with its weights as stored beside `--load-8bit`'s int8 and `--load-int4`'s 4-bit weights, in one
-process, turn by turn; 4-bit weights with locret's row kernel or with torch's product (the `int4-torch` kinds).
+process, turn by turn; 4-bit weights with locret's row kernel or with torch's product (the `int4-torch` kinds), and
+a step's attention by locret's kernel, where one is installed, or by torch's (the `torch-attention` kinds).
 
     python benchmarks/int8_decode_side_by_side.py --model runs/qwen1.5b/qwen2.5-coder-1.5b-instruct > int8.md
 
@@ -24,6 +25,7 @@ from pathlib import Path
 from unittest import mock
 
 from locret_cli.api import ModelSpec, load_session
+from locret_cli.core.attention.over_cache import use_attention_kernel
 from locret_cli.runtime import int4_linear
 from locret_cli.settings import AnswerSettings
 
@@ -35,17 +37,32 @@ WEIGHTS = {"stored": ("as stored", {}), "int8": ("int8 (`--load-8bit`)", {"load_
            "int4-compiled": ("int4, `--compile-decode`", {"load_int4": True, "compile_decode": True}),
            "int4-torch": ("int4, torch's product", {"load_int4": True}),
            "int4-torch-compiled": ("int4, torch's product, `--compile-decode`", {"load_int4": True,
-                                                                                 "compile_decode": True})}
+                                                                                 "compile_decode": True}),
+           "stored-torch-attention": ("as stored, torch's attention", {}),
+           "int4-compiled-torch-attention": ("int4, `--compile-decode`, torch's attention", {"load_int4": True,
+                                                                                          "compile_decode": True})}
 QUESTIONS = ("What is the gate code of the north depot?", "What did the archivist count behind the granary?",
              "Who questioned the signal tower beside the quarry?")
 
 
 def product_of(label: str):
-    """Where a row's 4-bit product runs: torch's int4 product for the `int4-torch` kinds (locret's kernel declines),
-    else wherever the session would run it."""
+    """Where a row's 4-bit product and a step's attention run: torch's int4 product for the `int4-torch` kinds
+    (locret's kernel declines), torch's attention for the `torch-attention` kinds (no attention kernel installed),
+    else wherever the session would run them."""
     if "torch's product" in label:
         return mock.patch.object(int4_linear, "int4_rows_product", lambda *tensors: None)
+    if "torch's attention" in label:
+        return torchs_attention()
     return contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def torchs_attention():
+    previous = use_attention_kernel(None)
+    try:
+        yield
+    finally:
+        use_attention_kernel(previous)
 
 
 def main() -> None:

@@ -9,8 +9,9 @@
     python benchmarks/kernel_microbench.py one-query # a decode step's attention: bf16 SDPA, cast to fp32, two bf16
                                                        # products around an fp32 softmax, or bf16 flash attention with
                                                        # the heads that share a KV head stacked as queries
-    python benchmarks/kernel_microbench.py kernel-query  # a decode step's attention by locret's kernel and torch's
-                                                       # flash kernel, SmolLM2's and the Qwens' shapes, every layer
+    python benchmarks/kernel_microbench.py kernel-query  # a decode step's attention by locret's kernels (bf16 with
+                                                       # AVX-512 BF16, fp32 with AVX2) and torch's flash kernel,
+                                                       # SmolLM2's and the Qwens' shapes, every layer
     python benchmarks/kernel_microbench.py rates     # this CPU's matmul rates: bf16, fp32, packed bf16, int8;
                                                        # square and prefill-chunk shapes, 1 and 2 threads
     python benchmarks/kernel_microbench.py rows      # all linears of one decode step of Qwen2.5-1.5B and SmolLM2,
@@ -161,29 +162,33 @@ def one_query() -> None:
 
 
 def kernel_query() -> None:
-    """A decode step's attention by locret's kernel against torch's flash kernel (the heads that share a KV head
+    """A decode step's attention by locret's kernels against torch's flash kernel (the heads that share a KV head
     stacked as queries): one query per head over each layer's distinct cache in turn, as a step reads them, for the
-    shapes of SmolLM2, Qwen2.5-Coder-0.5B and -1.5B."""
-    from locret_cli.runtime.native_attention import built_kernel
+    shapes of SmolLM2, Qwen2.5-Coder-0.5B and -1.5B; in bf16 by the AVX-512 BF16 kernel and in fp32 by the AVX2 one,
+    each where it is built."""
+    from locret_cli.runtime import native_attention, native_one_query
 
-    kernel = built_kernel()
-    if kernel is None:
-        raise SystemExit("locret's attention kernel is not built here (no AVX-512 BF16, or no C compiler)")
-    print("| shape (heads / KV heads / head size, layers) | entries | torch's flash, stacked | locret's kernel |")
-    print("|---|---:|---:|---:|")
+    kernels = {dtype: kernel for dtype, kernel in ((torch.bfloat16, native_attention.built_kernel()),
+                                                   (torch.float32, native_one_query.built_kernel())) if kernel}
+    if not kernels:
+        raise SystemExit("locret's attention kernels are not built here (no AVX2, or no C compiler)")
+    print("| shape (heads / KV heads / head size, layers) | dtype | entries | torch's flash, stacked "
+          "| locret's kernel |")
+    print("|---|---|---:|---:|---:|")
     for name, heads, kv_heads, dim, layers in (("SmolLM2", 9, 3, 64, 30), ("Qwen2.5-0.5B", 14, 2, 64, 24),
                                                ("Qwen2.5-1.5B", 12, 2, 128, 28)):
-        for entries in (1536, 4352):
-            caches = [(torch.randn(1, heads, 1, dim, dtype=torch.bfloat16),
-                       *(torch.randn(1, kv_heads, entries + 300, dim, dtype=torch.bfloat16)[:, :, :entries]
+        for (dtype, kernel), entries in ((pair, n) for pair in kernels.items() for n in (1536, 4352)):
+            caches = [(torch.randn(1, heads, 1, dim, dtype=dtype),
+                       *(torch.randn(1, kv_heads, entries + 300, dim, dtype=dtype)[:, :, :entries]
                          for _ in range(2))) for _ in range(layers)]
             group = heads // kv_heads
             ways = (lambda q, k, v, shape=(1, kv_heads, group, dim): torch.ops.aten.
                     _scaled_dot_product_flash_attention_for_cpu(q.reshape(shape), k, v, 0.0, False)[0],
-                    lambda q, k, v, scale=dim ** -0.5: kernel.attend(q, k, v, scale))
+                    lambda q, k, v, scale=dim ** -0.5, kernel=kernel: kernel.attend(q, k, v, scale))
             cells = [f"{1e3 * seconds(lambda way=way, caches=caches: [way(*c) for c in caches], 20):.2f} ms"
                      for way in ways]
-            print(f"| {name} ({heads} / {kv_heads} / {dim}, {layers}) | {entries:,} | " + " | ".join(cells) + " |")
+            print(f"| {name} ({heads} / {kv_heads} / {dim}, {layers}) | {str(dtype).removeprefix('torch.')} | "
+                  f"{entries:,} | " + " | ".join(cells) + " |")
 
 
 def rates() -> None:

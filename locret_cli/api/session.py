@@ -35,7 +35,7 @@ from locret_cli.models.loading import LoadedModel, load_model
 from locret_cli.models.reader_files import load_reader
 from locret_cli.models.shipped import find_shipped
 from locret_cli.models.spec import ModelSpec
-from locret_cli.runtime import native_attention
+from locret_cli.runtime import native_attention, native_one_query
 from locret_cli.runtime.native_rows import take_rows
 from locret_cli.runtime.packed_linear import pack_if_room
 from locret_cli.settings import DEFAULT_POLICY, AnswerSettings, policy_knobs
@@ -174,8 +174,9 @@ class Session:
     def ready_to_compute(self) -> str:
         """Make the model ready to read: on the CPU, its bf16 linears' one-row products by locret's kernel on the
         weights in place (`native_rows.py`), else packed for oneDNN where that fits (`packed_linear.py`); and on the
-        CPU in bf16 chunks' attention by locret's kernel where it ran faster (`native_attention.py`). Returns how it
-        computes, for the cost table ("bf16: ...; one-row products by locret's kernel")."""
+        CPU chunks' attention in bf16 (`native_attention.py`) and decode steps' attention in fp32
+        (`native_one_query.py`) by locret's kernels where they ran faster. Returns how it computes, for the cost table
+        ("bf16: ...; one-row products by locret's kernel")."""
         model = self.loaded.model
         in_place = take_rows(model)
         packed = pack_if_room(model)
@@ -184,6 +185,8 @@ class Session:
         parts += [f"linear weights packed for oneDNN (+{human_bytes(packed)})"] if packed else []
         if model.device.type == "cpu" and compute_dtype(model) == torch.bfloat16:
             parts += [line for line in [native_attention.install()] if line]
+        elif model.device.type == "cpu" and compute_dtype(model) == torch.float32:
+            parts += [line for line in [native_one_query.install()] if line]
         return "; ".join(parts)
 
     def check_memory(self, plan: Plan, document: Document) -> None:
