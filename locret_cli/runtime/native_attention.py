@@ -131,8 +131,13 @@ def measure(kernel: NativeKernel, heads: int, kv_heads: int, length: int, entrie
     generator = torch.Generator().manual_seed(0)
     query = torch.randn(1, length, heads, 64, generator=generator).bfloat16().transpose(1, 2)
     key, value = (torch.randn(1, kv_heads, entries, 64, generator=generator).bfloat16() for _ in range(2))
+    return against_torch(kernel.attend, query, key, value)
+
+
+def against_torch(attend, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> tuple[float, float]:
+    """Seconds, (`attend`'s, torch's kernels'), each the best of five calls after one not counted."""
     best = []
-    for run in (kernel.attend, split_attention):
+    for run in (attend, split_attention):
         run(query, key, value, 0.125)
         times = []
         for _ in range(5):

@@ -16,13 +16,13 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
-import time
 
 import torch
 
-from locret_cli.core.attention.over_cache import split_attention, use_attention_kernel
+from locret_cli.core.attention.over_cache import use_attention_kernel
 from locret_cli.runtime import native_build
 from locret_cli.runtime.dtype_probe import cache_file, cpuinfo, machine_key, measured_once
+from locret_cli.runtime.native_attention import against_torch
 
 SOURCE = native_build.NATIVE / "one_query_f32.c"
 PROBE = (9, 3, 4096)  # heads, KV heads, entries, of head size 64
@@ -104,13 +104,4 @@ def measure(kernel: OneQueryKernel) -> list[float]:
     generator = torch.Generator().manual_seed(0)
     query = torch.randn(1, heads, 1, 64, generator=generator)
     key, value = (torch.randn(1, kv_heads, entries, 64, generator=generator) for _ in range(2))
-    best = []
-    for run in (kernel.attend, split_attention):
-        run(query, key, value, 0.125)
-        times = []
-        for _ in range(5):
-            started = time.perf_counter()
-            run(query, key, value, 0.125)
-            times.append(time.perf_counter() - started)
-        best.append(min(times))
-    return best
+    return list(against_torch(kernel.attend, query, key, value))
