@@ -120,9 +120,12 @@ import hashlib, torch
 from torch import nn
 from locret_cli.runtime import native_rows
 from locret_cli.runtime.int4_linear import Int4Linear, packing_block
-torch.manual_seed(0)
-int4 = Int4Linear.from_linear(nn.Linear(1536, 192, bias=False).to(torch.bfloat16))
-x = torch.randn(2, 1536) * ((torch.rand(2, 1536) < 0.03) * 49 + 1)
+linear = nn.Linear(1536, 192, bias=False)  # values from integer formulas: the same under every capability
+with torch.no_grad():
+    linear.weight.copy_(((torch.arange(192 * 1536) * 104729 % 4093 - 2046) / 65536).reshape(192, 1536))
+int4 = Int4Linear.from_linear(linear.to(torch.bfloat16))
+n = torch.arange(2 * 1536)
+x = ((n * 7919 % 2003 - 1001) / 256 * torch.where(n % 37 == 0, 50, 1)).reshape(2, 1536).float()
 outs = [native_rows.int4_rows_product(x.to(dtype), int4.packed, int4.scales_zeros, packing_block())
         for dtype in (torch.float32, torch.bfloat16)]
 print(packing_block(), *(hashlib.sha256(out.contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()[:16]
