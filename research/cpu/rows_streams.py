@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from locret_cli.runtime import native_build
+from locret_cli.runtime import native_build, native_rows
 
 QWEN15_ROWS = ([(1536, 1536), (256, 1536), (256, 1536), (1536, 1536), (8960, 1536), (8960, 1536), (1536, 8960)] * 28
                + [(151936, 1536)])  # q, k, v, o, gate, up, down per layer; the head
@@ -31,18 +31,12 @@ STEPS = 3  # steps a round's time is the mean of
 
 
 def functions(source: Path, names: tuple[str, str, int]) -> dict[torch.dtype, ctypes._CFuncPtr]:
-    """The fp32-row and bf16-row functions of the kernel `source`, built as the product builds it."""
-    built = native_build.build(source)
+    """The fp32-row and bf16-row functions of the kernel `source`, built and typed as the product builds them
+    (`native_rows._built`; an absolute path stands for itself there)."""
+    built = native_rows._built(str(source), {torch.float32: names[0], torch.bfloat16: names[1]}, names[2])
     if built is None:
         raise SystemExit(f"{source.name} was not built here (no AVX2 and FMA, or no C compiler)")
-    out = {}
-    for dtype, name in ((torch.float32, names[0]), (torch.bfloat16, names[1])):
-        function = getattr(built[0], name)
-        function.restype = ctypes.c_int
-        function.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64] + [
-            ctypes.c_void_p] * names[2]
-        out[dtype] = function
-    return out
+    return built
 
 
 def weights(kernel: str) -> list[tuple[torch.Tensor, ...]]:
