@@ -20,7 +20,7 @@ import torch
 
 from locret_cli.core.answer.compiled_step import CompiledStep
 from locret_cli.core.answer.decode_step import DecodeStep
-from locret_cli.core.attention.over_cache import use_attention_kernel
+from locret_cli.core.attention.over_cache import torchs_attention, use_attention_kernel
 from locret_cli.core.engine import Engine
 from locret_cli.core.policies import make_policy
 from locret_cli.inputs.prompt import PromptTokens
@@ -52,13 +52,11 @@ def rates(preset: str, budget: int, load_8bit: bool, steps: int, rounds: int) ->
         for name, (step, attention) in ways.items():
             fork = engine.fork()
             fork.step = step
-            previous = use_attention_kernel(attention)
-            try:
+            with torchs_attention():
+                use_attention_kernel(torch.bfloat16, attention)
                 started = time.perf_counter()
                 answer = fork.answer([5, 6, 7])
                 first_answer_s = first_answer_s or (time.perf_counter() - started if step is compiled else 0.0)
-            finally:
-                use_attention_kernel(previous)
             measured[name].append(answer.decode_steps / answer.decode_s)
             answers[name] = answer.token_ids
     return {name: rates[1:] for name, rates in measured.items()}, answers, first_answer_s

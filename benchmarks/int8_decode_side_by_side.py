@@ -25,7 +25,7 @@ from pathlib import Path
 from unittest import mock
 
 from locret_cli.api import ModelSpec, load_session
-from locret_cli.core.attention.over_cache import use_attention_kernel
+from locret_cli.core.attention.over_cache import torchs_attention
 from locret_cli.runtime import int4_linear
 from locret_cli.settings import AnswerSettings
 
@@ -54,15 +54,6 @@ def product_of(label: str):
     if "torch's attention" in label:
         return torchs_attention()
     return contextlib.nullcontext()
-
-
-@contextlib.contextmanager
-def torchs_attention():
-    previous = use_attention_kernel(None)
-    try:
-        yield
-    finally:
-        use_attention_kernel(previous)
 
 
 def main() -> None:

@@ -12,7 +12,12 @@ from helpers.attention import masked
 from helpers.documents import GATE, filler_lines
 
 from locret_cli.api import load_session
-from locret_cli.core.attention.over_cache import cache_attention, split_attention, use_attention_kernel
+from locret_cli.core.attention.over_cache import (
+    cache_attention,
+    split_attention,
+    torchs_attention,
+    use_attention_kernel,
+)
 from locret_cli.core.heads import compute_dtype
 from locret_cli.runtime import native_attention
 from locret_cli.runtime.native_attention import NativeKernel, built_kernel, chosen_kernel
@@ -63,13 +68,35 @@ class Recording:
 def test_an_installed_kernel_gets_what_it_fits(length, fits, handed):
     query, key, value = (torch.randn(1, h, n, 64) for h, n in ((9, length), (3, length + 50), (3, length + 50)))
     kernel = Recording(fits)
-    previous = use_attention_kernel(kernel)
+    previous = use_attention_kernel(torch.float32, kernel)
     try:
         out = cache_attention(query, key, value, 0.125)
     finally:
-        use_attention_kernel(previous)
+        use_attention_kernel(torch.float32, previous)
     assert kernel.calls == handed
     assert torch.allclose(out, masked(query, key, value), atol=1e-5)
+
+
+def test_kernels_of_two_dtypes_stay_installed_side_by_side():
+    """A bf16 model's kernel and an fp32 model's share a process: installing one keeps the other, each gets only
+    forwards in its own dtype, and inside `torchs_attention` neither gets any."""
+    query, key, value = (torch.randn(1, h, n, 64) for h, n in ((9, 16), (3, 66), (3, 66)))
+    half, full = Recording(), Recording()
+    before = (use_attention_kernel(torch.bfloat16, half), use_attention_kernel(torch.float32, full))
+    try:
+        cache_attention(query, key, value, 0.125)
+        cache_attention(*(t.bfloat16() for t in (query, key, value)), 0.125)
+        cache_attention(query[:, :, :1], key, value, 0.125)
+        with torchs_attention():
+            cache_attention(query, key, value, 0.125)
+            cache_attention(*(t.bfloat16() for t in (query, key, value)), 0.125)
+        cache_attention(query.half(), key.half(), value.half(), 0.125)  # no kernel for fp16
+        assert half.calls == [16] and full.calls == [16, 1]
+        assert use_attention_kernel(torch.float32, None) is full
+        cache_attention(*(t.bfloat16() for t in (query, key, value)), 0.125)
+        assert half.calls == [16, 16] and full.calls == [16, 1]
+    finally:
+        use_attention_kernel(torch.bfloat16, before[0]), use_attention_kernel(torch.float32, before[1])
 
 
 @pytest.mark.parametrize("gradients, handed", [(True, []), (False, [16])])
@@ -77,12 +104,12 @@ def test_a_forward_whose_gradients_are_wanted_goes_to_torchs_kernels(gradients, 
     """The kernel computes forwards only: a reader's training step must reach the queries, keys and values."""
     query, key, value = (torch.randn(1, h, n, 64, requires_grad=True) for h, n in ((9, 16), (3, 66), (3, 66)))
     kernel = Recording()
-    previous = use_attention_kernel(kernel)
+    previous = use_attention_kernel(torch.float32, kernel)
     try:
         with torch.set_grad_enabled(gradients):
             out = cache_attention(query, key, value, 0.125)
     finally:
-        use_attention_kernel(previous)
+        use_attention_kernel(torch.float32, previous)
     assert kernel.calls == handed
     assert out.requires_grad == gradients
     if gradients:

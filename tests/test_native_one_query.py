@@ -66,7 +66,7 @@ def test_it_takes_only_one_fp32_query_with_a_head_size_and_group_it_handles():
 def test_installed_it_takes_decode_steps_but_not_chunks_nor_gradients(monkeypatch):
     calls = []
     monkeypatch.setattr(KERNEL, "attend", lambda *args, real=KERNEL.attend: calls.append(1) or real(*args))
-    previous = use_attention_kernel(KERNEL)
+    previous = use_attention_kernel(torch.float32, KERNEL)
     try:
         query, key, value = a_step(9, 3, 100, 64, seed=2)
         cache_attention(query, key, value, 0.125)
@@ -77,7 +77,7 @@ def test_installed_it_takes_decode_steps_but_not_chunks_nor_gradients(monkeypatc
         cache_attention(query, key, value, 0.125)
         assert calls == [1]
     finally:
-        use_attention_kernel(previous)
+        use_attention_kernel(torch.float32, previous)
 
 
 def test_it_is_not_built_where_it_is_turned_off_or_no_compiler_builds_it(monkeypatch, tmp_path):
@@ -92,7 +92,7 @@ def test_it_is_not_built_where_it_is_turned_off_or_no_compiler_builds_it(monkeyp
         assert built_kernel() is None and native_one_query.install() is None
     finally:
         built_kernel.cache_clear(), chosen_kernel.cache_clear()
-        use_attention_kernel(None)
+        use_attention_kernel(torch.float32, None)
 
 
 @needs_kernel
@@ -100,16 +100,16 @@ def test_it_is_not_built_where_it_is_turned_off_or_no_compiler_builds_it(monkeyp
 def test_a_model_decodes_as_it_does_with_torchs_kernel(family, monkeypatch):
     model = tiny_model(family)
     heads = RetainingHeads.for_model(model)
-    previous = use_attention_kernel(None)
+    previous = use_attention_kernel(torch.float32, None)
     try:
         torch.manual_seed(0)
         without = greedy_answer(model, heads)
         calls = []
         monkeypatch.setattr(KERNEL, "attend", lambda *args, real=KERNEL.attend: calls.append(1) or real(*args))
-        use_attention_kernel(KERNEL)
+        use_attention_kernel(torch.float32, KERNEL)
         torch.manual_seed(0)
         with_kernel = greedy_answer(model, heads)
     finally:
-        use_attention_kernel(previous)
+        use_attention_kernel(torch.float32, previous)
     assert len(calls) >= model.config.num_hidden_layers  # every layer of at least one decode step
     assert with_kernel[0] == without[0]

@@ -82,7 +82,7 @@ def install() -> str | None:
     kernels here, each on its own; the rest to torch's. Returns a line for the cost table, or None where attention
     stays torch's."""
     kernel, line = chosen_kernel()
-    use_attention_kernel(kernel)
+    use_attention_kernel(torch.bfloat16, kernel)
     return line
 
 

@@ -63,7 +63,7 @@ def install() -> str | None:
     """Hand fp32 decode steps' attention to the kernel where it is built and ran faster than torch's here; else
     leave them to torch's. Returns a line for the cost table, or None."""
     kernel, line = chosen_kernel()
-    use_attention_kernel(kernel)
+    use_attention_kernel(torch.float32, kernel)
     return line
 
 

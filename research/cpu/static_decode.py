@@ -145,7 +145,7 @@ def main() -> None:
             static_tokens = static_answer(step, engine, first, args.steps, args.steps)
             static_rates.append(args.steps / (time.perf_counter() - started))
     pack_linears(model)
-    use_attention_kernel(built_kernel() if args.attention == "native" else None)
+    use_attention_kernel(torch.bfloat16, built_kernel() if args.attention == "native" else None)
     shipped_rates, shipped_tokens = [], []
     for _ in range(3):
         fork = engine.fork()

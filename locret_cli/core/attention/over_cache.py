@@ -21,9 +21,11 @@ masked half of the chunk's own block. Here, instead:
   itself and the window - 1 entries before it: `sliding_attention` drops the entries no query sees, a decode step
   then attends to the rest without a mask, and a chunk with a band mask of (T, window - 1 + T) at most.
 
-- A kernel installed with `use_attention_kernel` (`runtime/native_attention.py`, where it ran faster than torch's)
-  takes every forward it `fits`: a chunk's causal part and kept entries in one call, or a decode step's query. A
-  kernel computes forwards only: one whose gradients are wanted (a reader's training step) goes to torch's kernels.
+- A kernel installed with `use_attention_kernel` for a dtype (`runtime/native_attention.py` for bf16,
+  `runtime/native_one_query.py` for fp32, each where it ran faster than torch's) takes every forward in that dtype
+  it `fits`: a chunk's causal part and kept entries in one call, or a decode step's query. Kernels of different
+  dtypes stay installed side by side, so models computing in both can share a process. A kernel computes forwards
+  only: one whose gradients are wanted (a reader's training step) goes to torch's kernels.
 
 The result is the masked attention up to rounding (tests/test_cache_attention.py on the CPU;
 `research/gpu/check_cache_attention.py` on CUDA). `use_cache_attention` selects this implementation for one forward
@@ -32,7 +34,8 @@ of a model that `applies_to` (the CPU, or CUDA in half precision), which the eng
 
 from __future__ import annotations
 
-from contextlib import nullcontext
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from typing import Protocol
 
 import torch
@@ -50,15 +53,28 @@ class AttentionKernel(Protocol):
     def attend(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float) -> torch.Tensor: ...
 
 
-_kernel: AttentionKernel | None = None
+_kernels: dict[torch.dtype, AttentionKernel] = {}  # the kernel installed for each dtype a query may have
 
 
-def use_attention_kernel(kernel: AttentionKernel | None) -> AttentionKernel | None:
-    """Have `cache_attention` hand every forward `kernel` fits to it (None: torch's kernels for all); returns the
-    kernel it replaces."""
-    global _kernel
-    previous, _kernel = _kernel, kernel
+def use_attention_kernel(dtype: torch.dtype, kernel: AttentionKernel | None) -> AttentionKernel | None:
+    """Have `cache_attention` hand every forward in `dtype` that `kernel` fits to it (None: torch's kernels for that
+    dtype); returns the kernel it replaces for `dtype`. Other dtypes' kernels stay."""
+    previous = _kernels.pop(dtype, None)
+    if kernel is not None:
+        _kernels[dtype] = kernel
     return previous
+
+
+@contextmanager
+def torchs_attention() -> Iterator[None]:
+    """Every forward inside goes to torch's kernels; the installed kernels are back after it."""
+    installed = dict(_kernels)
+    _kernels.clear()
+    try:
+        yield
+    finally:
+        _kernels.clear()
+        _kernels.update(installed)
 
 
 def _flash(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, causal: bool, scale: float):
@@ -71,7 +87,7 @@ def _flash(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, causal: 
 def cache_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float) -> torch.Tensor:
     """Attention of query (B, heads, T, D) over key, value (B, kv_heads, n, D), whose last T entries are the
     queries' own (causal among themselves) and whose first n - T every query sees; returns (B, heads, T, D)."""
-    kernel = _kernel
+    kernel = _kernels.get(query.dtype)
     if kernel is not None and not _wants_gradients(query, key, value) and kernel.fits(query, key, value):
         return kernel.attend(query, key, value, scale)
     return split_attention(query, key, value, scale)
