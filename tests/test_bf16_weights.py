@@ -80,6 +80,24 @@ def test_one_row_by_the_kernel_is_within_fp32_rounding(pair):
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
 
+@needs_kernel
+def test_a_questions_rows_go_to_the_kernel_within_fp32_rounding(pair, monkeypatch):
+    """Up to `QUESTION_ROWS` rows (a question prefilled after a read) are the kernel's, which widening every weight
+    for them would take longer than; one row more is a chunk, widened (bit for bit)."""
+    reference, model = pair
+    calls = []  # the row counts the kernel multiplied
+    monkeypatch.setattr(native_rows, "_run", lambda function, x, *rest, real=native_rows._run:
+                        calls.append(x.numel() // x.shape[-1]) or real(function, x, *rest))
+    most = native_rows.QUESTION_ROWS
+    ids = torch.tensor([random_ids(most + 1)])
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids[:, :most]).logits, reference(ids[:, :most]).logits, rtol=1e-5,
+                                   atol=1e-5)
+        taken = len(calls)
+        assert torch.equal(model(ids).logits, reference(ids).logits)
+    assert taken > 0 and set(calls) == {most} and len(calls) == taken
+
+
 def test_the_engine_reads_and_answers_as_the_fp32_model_does(pair):
     reference, model = pair
     settings, document, question = ReadSettings(policy="full", chunk_size=16), random_ids(48), random_ids(6, seed=2)

@@ -98,6 +98,28 @@ def test_more_rows_than_a_step_are_not_taken():
     assert native_rows.int4_rows_product(torch.zeros(5, 32), int4.packed, int4.scales_zeros, packing_block()) is None
 
 
+@needs_kernel
+def test_a_layer_sends_a_questions_rows_to_the_kernel_and_a_chunk_to_the_widened_weight(monkeypatch):
+    """Up to `QUESTION_ROWS` rows (a question prefilled after a read) are the kernel's: widening every weight for them
+    costs more. A chunk of more rows multiplies the widened weight."""
+    torch.manual_seed(4)
+    int4 = Int4Linear.from_linear(nn.Linear(96, 128, bias=True).to(torch.bfloat16), torch.float32)
+    calls = []  # the row counts the kernel multiplied
+    monkeypatch.setattr(native_rows, "_run", lambda function, x, *rest, real=native_rows._run:
+                        calls.append(x.shape[0]) or real(function, x, *rest))
+    most = native_rows.QUESTION_ROWS
+    x = rows(most + 1, 96, seed=5)
+    with torch.no_grad():
+        for count in (5, most):
+            exact, bound = exact_and_bound(int4, x[:count])
+            got = int4(x[:count]) - int4.bias
+            assert bool(((got.double() - exact).abs() <= bound).all()), count
+        chunk = int4(x)
+    assert calls == [5, most]  # the chunk of most + 1 rows did not reach the kernel
+    expected = F.linear(x, int4.dequantized().float(), int4.bias)
+    assert torch.allclose(chunk, expected, atol=1e-3, rtol=1e-3)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_a_layers_row_goes_through_the_operator_and_torchs_product_where_the_kernel_declines(dtype, monkeypatch):
     torch.manual_seed(3)

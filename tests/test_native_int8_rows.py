@@ -77,19 +77,22 @@ def test_chunks_and_mismatched_tensors_are_left_to_torch():
 
 
 @needs_kernel
-def test_a_layer_sends_one_row_to_the_kernel_and_a_chunk_to_the_dequantized_product(monkeypatch):
+def test_a_layer_sends_a_questions_rows_to_the_kernel_and_a_chunk_to_the_dequantized_product(monkeypatch):
+    """Up to `QUESTION_ROWS` rows (one decode row, a question's) go to the kernel: dequantizing every weight for them
+    costs more. A chunk of more rows is the dequantized weight's product, bit for bit."""
     layer = quantized(48, 64, torch.float32, True, 0)
     calls = []  # the inputs the kernel multiplied
     monkeypatch.setattr("locret_cli.runtime.int8_linear.int8_rows_product",
-                        lambda x, *rest, real=native_rows.int8_rows_product: calls.append(x.shape) or real(x, *rest))
+                        lambda x, *rest, real=native_rows.int8_rows_product, **most: calls.append(x.shape)
+                        or real(x, *rest, **most))
     with torch.no_grad():
-        row, chunk = torch.randn(1, 1, 64), torch.randn(1, 9, 64)
-        exact, bound = exact_product(layer, row)
-        assert bool(((layer(row).double() - exact).abs() <= bound).all())
+        most = native_rows.QUESTION_ROWS
+        row, chunk = torch.randn(1, 1, 64), torch.randn(1, most + 1, 64)
+        for rows in (row, chunk[:, :3], chunk[:, :most]):
+            exact, bound = exact_product(layer, rows)
+            assert bool(((layer(rows).double() - exact).abs() <= bound).all())
         assert torch.equal(layer(chunk), F.linear(chunk, layer.dequantized(), layer.bias))  # bit for bit
-        exact, bound = exact_product(layer, chunk[:, :3])
-        assert bool(((layer(chunk[:, :3]).double() - exact).abs() <= bound).all())
-    assert calls == [(1, 1, 64), (1, 9, 64), (1, 3, 64)]  # the kernel declined the chunk of 9 and took 3 rows
+    assert calls == [(1, 1, 64), (1, 3, 64), (1, most, 64), (1, most + 1, 64)]  # the last declined
 
 
 @needs_kernel

@@ -8,10 +8,12 @@ as stored, and widens them to fp32 where they are used; every other parameter an
 fp32. A bf16 number widens to fp32 exactly, so the model computes what the fp32 model computes:
 - a chunk of rows widens each weight and multiplies with torch's fp32 product: the same outputs bit for bit, the
   widening a few per cent of the product's time;
-- one row (every decode step) goes to locret's kernel (`runtime/native_rows.py`), which reads the bf16 weights as
-  stored and sums the products in fp32; its outputs differ from torch's fp32 product only by the order of the sums
-  (torch has no product of fp32 rows with bf16 weights, and widening every weight at every step made decoding
-  several times slower). Without the kernel (no compiler, no AVX2, `LOCRET_NATIVE_ROWS=0`) the step widens too;
+- one row (every decode step), and up to `native_rows.QUESTION_ROWS` rows (a question after the read, for which
+  widening every weight took longer than the product), go to locret's kernel (`runtime/native_rows.py`), which
+  reads the bf16 weights as stored and sums the products in fp32; its outputs differ from torch's fp32 product only
+  by the order of the sums (torch has no product of fp32 rows with bf16 weights, and widening every weight at every
+  step made decoding several times slower). Without the kernel (no compiler, no AVX2, `LOCRET_NATIVE_ROWS=0`) the
+  step widens too;
 - an embedding looks up bf16 rows and widens them.
 `LOCRET_BF16_WEIGHTS=0` widens every weight when it loads. Only plain `nn.Linear` and `nn.Embedding` modules keep
 bf16 weights (a scaled embedding such as Gemma 3's multiplies in its weight's dtype, so it is widened whole); the
@@ -29,7 +31,7 @@ from torch import nn
 
 from locret_cli.core.heads import COMPUTES_IN
 from locret_cli.core.profile_marks import ROWS_KERNEL, WIDEN, mark
-from locret_cli.runtime.native_rows import rows_product
+from locret_cli.runtime.native_rows import QUESTION_ROWS, rows_product
 
 
 def applies(device: torch.device, dtype: torch.dtype) -> bool:
@@ -41,7 +43,7 @@ def applies(device: torch.device, dtype: torch.dtype) -> bool:
 def _linear_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     if x.dtype == torch.float32 and not (torch.is_grad_enabled() and x.requires_grad):
         with mark(ROWS_KERNEL):
-            out = rows_product(x, self.weight, self.bias)
+            out = rows_product(x, self.weight, self.bias, most=QUESTION_ROWS)
         if out is not None:
             return out
     with mark(WIDEN):

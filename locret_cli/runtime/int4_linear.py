@@ -10,7 +10,9 @@ torch packed it here (`packing_block`). A step's rows go to locret's kernel on t
 (`_weight_int4pack_mm_for_cpu`), which its arithmetic holds well below the memory's rate. A prefill chunk
 multiplies faster by a dense product, so the weight is widened into one reused bf16 buffer first, by locret's small C
 kernel (`native/int4_weights.c`; where it is not built, by torch's ops, several times slower), and multiplied as
-usual.
+usual. Widening the whole weight costs more than locret's kernel takes for a few dozen rows, so inputs of up to
+`native_rows.QUESTION_ROWS` rows (a question prefilled after the read) go to the kernel where it is built
+(docs/measurements/decode.md).
 
 Quantization is affine per group: weight = (q - 8) × scale + zero, q in 0..15. Where a group's values already lie on
 a grid of at most 16 evenly spaced steps (a 4-bit GGUF's Q4_K blocks, dequantized, do), the grid is found and kept:
@@ -36,7 +38,7 @@ from locret_cli.errors import LocretError
 from locret_cli.runtime import native_build
 from locret_cli.runtime.bf16_weights import scratch, widened
 from locret_cli.runtime.mapped_pages import CheckpointPages
-from locret_cli.runtime.native_rows import int4_rows_product
+from locret_cli.runtime.native_rows import QUESTION_ROWS, int4_rows_product
 
 GROUP = 32  # inputs per scale and zero
 ROWS = 4  # inputs of at most this many rows go to a rows' product (`_rows_product`); more are a chunk, widened
@@ -189,6 +191,11 @@ class Int4Linear(nn.Module):
                 return self._rows_product(x, rows, torch.ops.locret.int4_rows)
             with mark(ROWS_KERNEL):
                 return self._rows_product(x, rows, _kernel_rows)
+        if rows <= QUESTION_ROWS:
+            with mark(ROWS_KERNEL):
+                out = int4_rows_product(x, self.packed, self.scales_zeros, packing_block(), most=QUESTION_ROWS)
+            if out is not None:
+                return out if self.bias is None else out + self.bias
         with mark(WIDEN):
             weight_t = self._widened_t()
         weight = weight_t.t() if x.dtype == torch.bfloat16 else widened(weight_t.t(), x.dtype)  # fp32: a buffer too

@@ -21,7 +21,11 @@ The kernels widen bf16 and int8 numbers exactly and sum the products in fp32, fo
 thread reads four streams of weights (an int8 row's sum then times its scale), so their outputs differ from torch's
 only by the order of the sums (and, in bf16, by where that lands the one rounding to bf16). They run on torch's own
 OpenMP threads. Each is built where the CPU has AVX2 and FMA and a compiler builds it (`runtime/native_build.py`),
-unless `LOCRET_NATIVE_ROWS=0`; chunks of more than `ROWS` rows, and training, keep torch's product.
+unless `LOCRET_NATIVE_ROWS=0`; chunks of more than `ROWS` rows, and training, keep torch's product. Where that
+product would first widen the whole weight (bf16 weights under fp32 arithmetic, int8 and 4-bit weights), inputs of
+up to `QUESTION_ROWS` rows go to the kernel too: a question prefilled after a read is a few dozen rows, and widening
+every weight of the model for it took longer than the kernel reading them once for every row
+(docs/measurements/decode.md).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from locret_cli.runtime import native_build
 from locret_cli.runtime.dtype_probe import cpuinfo
 
 ROWS = 4  # inputs of at most this many rows go to a kernel; more are a chunk, for torch's product
+QUESTION_ROWS = 32  # ... or this many where torch's product would widen the weight first (a question's rows)
 POINTER, I64 = ctypes.c_void_p, ctypes.c_int64
 Kernels = dict[torch.dtype, ctypes._CFuncPtr]  # a kernel's functions by the dtype of the rows they take
 
@@ -83,10 +88,10 @@ def int4_kernels(block: int) -> Kernels | None:
     return None if names is None else _built("rows_int4w.c", names, 2)
 
 
-def _takes(x: torch.Tensor, functions: Kernels | None, *vectors: torch.Tensor | None) -> bool:
-    """Whether `functions` are built and take `x` (at most `ROWS` rows on the CPU) with `vectors` (each None or
+def _takes(x: torch.Tensor, functions: Kernels | None, *vectors: torch.Tensor | None, most: int = ROWS) -> bool:
+    """Whether `functions` are built and take `x` (at most `most` rows on the CPU) with `vectors` (each None or
     contiguous in x's dtype)."""
-    return (functions is not None and x.dtype in functions and x.numel() <= ROWS * max(x.shape[-1], 1)
+    return (functions is not None and x.dtype in functions and x.numel() <= most * max(x.shape[-1], 1)
             and x.device.type == "cpu"
             and all(v is None or (v.dtype == x.dtype and v.is_contiguous()) for v in vectors))
 
@@ -103,35 +108,36 @@ def _run(function: ctypes._CFuncPtr, x: torch.Tensor, weight: torch.Tensor, *vec
     return out.view(*x.shape[:-1], weight.shape[0]) if status == 0 else None
 
 
-def rows_product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor | None:
-    """x (..., in), fp32 or bf16, of at most `ROWS` rows times `weight` (out, in) bf16 on the CPU, plus `bias`
+def rows_product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                 most: int = ROWS) -> torch.Tensor | None:
+    """x (..., in), fp32 or bf16, of at most `most` rows times `weight` (out, in) bf16 on the CPU, plus `bias`
     (out,) in x's dtype: (..., out) in x's dtype, by the kernel; None where the kernel is not built or does not take
     these tensors."""
     functions = kernels()
-    if not (_takes(x, functions, bias) and weight.dtype == torch.bfloat16 and weight.is_contiguous()):
+    if not (_takes(x, functions, bias, most=most) and weight.dtype == torch.bfloat16 and weight.is_contiguous()):
         return None
     return _run(functions[x.dtype], x, weight, bias)
 
 
 def int8_rows_product(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor,
-                      bias: torch.Tensor | None) -> torch.Tensor | None:
-    """x (..., in), fp32 or bf16, of at most `ROWS` rows times the int8 weight `q` (out, in) with `scale` (out,),
+                      bias: torch.Tensor | None, most: int = ROWS) -> torch.Tensor | None:
+    """x (..., in), fp32 or bf16, of at most `most` rows times the int8 weight `q` (out, in) with `scale` (out,),
     plus `bias` (out,), scale and bias in x's dtype: (..., out) = scale × (x qᵀ) + bias in x's dtype, by the int8
     kernel; None where it is not built or does not take these tensors."""
     functions = int8_kernels()
-    if not (_takes(x, functions, scale, bias) and q.dtype == torch.int8 and q.is_contiguous()):
+    if not (_takes(x, functions, scale, bias, most=most) and q.dtype == torch.int8 and q.is_contiguous()):
         return None
     return _run(functions[x.dtype], x, q, scale, bias)
 
 
 def int4_rows_product(x: torch.Tensor, packed: torch.Tensor, scales_zeros: torch.Tensor,
-                      block: int) -> torch.Tensor | None:
-    """x (..., in), fp32 or bf16, of at most `ROWS` rows times the 4-bit weight `packed` (out, in / 2) uint8 in
+                      block: int, most: int = ROWS) -> torch.Tensor | None:
+    """x (..., in), fp32 or bf16, of at most `most` rows times the 4-bit weight `packed` (out, in / 2) uint8 in
     torch's CPU packing of `block` output rows a block with `scales_zeros` (in / 32, out, 2) bf16: (..., out) in x's
     dtype, by the 4-bit kernel; None where it is not built, this CPU lacks what its path for `block` needs (AVX-512
     VBMI and VNNI for 64, AVX2 for 32), or it does not take these tensors."""
     functions = int4_kernels(block)
-    if not (_takes(x, functions) and packed.dtype == torch.uint8 and packed.is_contiguous()
+    if not (_takes(x, functions, most=most) and packed.dtype == torch.uint8 and packed.is_contiguous()
             and scales_zeros.dtype == torch.bfloat16 and scales_zeros.is_contiguous()):
         return None
     return _run(functions[x.dtype], x, packed, scales_zeros)
