@@ -198,7 +198,8 @@ class Int4Linear(nn.Module):
                 return out if self.bias is None else out + self.bias
         with mark(WIDEN):
             weight_t = self._widened_t()
-        weight = weight_t.t() if x.dtype == torch.bfloat16 else widened(weight_t.t(), x.dtype)  # fp32: a buffer too
+        # fp32: a buffer too, copied in the same (in, out) layout (a transposing copy took twice the widening)
+        weight = (weight_t if x.dtype == torch.bfloat16 else widened(weight_t, x.dtype)).t()
         return F.linear(x, weight, self.bias)
 
     def _rows_product(self, x: torch.Tensor, rows: int, product) -> torch.Tensor:
