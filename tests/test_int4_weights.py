@@ -88,6 +88,17 @@ def test_a_steps_rows_and_a_chunk_compute_the_dequantized_product(kernel, dtype,
     assert torch.allclose(int4(row).float(), expected[:1, :1], atol=0.05)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_the_c_kernel_widens_the_dequantized_weight_value_for_value(dtype):
+    """bf16 for a chunk computed in bf16, fp32 (the same bf16 values, written wide) for one computed in fp32."""
+    if int4_linear.int4_kernels() is None:
+        pytest.skip("no C compiler builds native/int4_weights.c here")
+    torch.manual_seed(6)
+    int4 = Int4Linear.from_linear(nn.Linear(160, 192, bias=False).to(torch.bfloat16))
+    widened = int4._widened_t(dtype)
+    assert widened.dtype == dtype and torch.equal(widened.t(), int4.dequantized().to(dtype))
+
+
 def test_sampled_values_are_read_from_the_packing():
     int4 = Int4Linear.from_linear(nn.Linear(96, 128, bias=False))
     index = torch.arange(0, 96 * 128, 37)
@@ -182,11 +193,14 @@ try:
     int4 = Int4Linear(torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 2), ones, 128, None)
     read = [torch.equal(int4.dequantized().to(torch.int32), q),
             torch.equal(int4._widened_t().t().to(torch.int32), q),
+            torch.equal(int4._widened_t(torch.float32).t().to(torch.int32), q),
             torch.equal(int4.sampled_weight(torch.arange(q.numel())).to(torch.int32), q.reshape(-1))]
     linear = nn.Linear(128, 192, bias=False)
-    rows = torch.randn(3, 128)
+    rows = torch.randn(40, 128)  # 3 rows by the rows' product, 40 (a chunk) by the widened weight, in either dtype
     four = Int4Linear.from_linear(linear)
-    product = torch.allclose(four(rows), rows @ four.dequantized().float().t(), atol=0.05)
+    weight = four.dequantized().float().t()
+    product = all(torch.allclose(four(x.to(d)).float(), x @ weight, atol=0.05)
+                  for x in (rows[:3], rows) for d in (torch.float32, torch.bfloat16))
     print(packing_block(), all(read), product)
 except LocretError as error:
     print("refused:", error)

@@ -8,11 +8,11 @@ runs on (output rows in blocks of 64 where its kernels use AVX-512, of 32 where 
 torch packed it here (`packing_block`). A step's rows go to locret's kernel on that packing (`native/rows_int4w.c`, via
 `native_rows`: blocks of 64 where the CPU has AVX-512 VBMI and VNNI, of 32 with AVX2), else to torch's product
 (`_weight_int4pack_mm_for_cpu`), which its arithmetic holds well below the memory's rate. A prefill chunk
-multiplies faster by a dense product, so the weight is widened into one reused bf16 buffer first, by locret's small C
-kernel (`native/int4_weights.c`; where it is not built, by torch's ops, several times slower), and multiplied as
-usual. Widening the whole weight costs more than locret's kernel takes for a few dozen rows, so inputs of up to
-`native_rows.QUESTION_ROWS` rows (a question prefilled after the read) go to the kernel where it is built
-(docs/measurements/decode.md).
+multiplies faster by a dense product, so the weight is widened into one reused buffer first (bf16, or fp32 where the
+model computes in fp32), by locret's small C kernel (`native/int4_weights.c`, eight values at a time with AVX2; where
+it is not built, by torch's ops, several times slower), and multiplied as usual. Widening the whole weight costs
+more than locret's kernel takes for a few dozen rows, so inputs of up to `native_rows.QUESTION_ROWS` rows (a
+question prefilled after the read) go to the kernel where it is built (docs/measurements/decode.md).
 
 Quantization is affine per group: weight = (q - 8) × scale + zero, q in 0..15. Where a group's values already lie on
 a grid of at most 16 evenly spaced steps (a 4-bit GGUF's Q4_K blocks, dequantized, do), the grid is found and kept:
@@ -197,10 +197,9 @@ class Int4Linear(nn.Module):
             if out is not None:
                 return out if self.bias is None else out + self.bias
         with mark(WIDEN):
-            weight_t = self._widened_t()
-        # fp32: a buffer too, copied in the same (in, out) layout (a transposing copy took twice the widening)
-        weight = (weight_t if x.dtype == torch.bfloat16 else widened(weight_t, x.dtype)).t()
-        return F.linear(x, weight, self.bias)
+            weight_t = self._widened_t(torch.float32 if x.dtype == torch.float32 else torch.bfloat16)
+            weight_t = weight_t if weight_t.dtype == x.dtype else widened(weight_t, x.dtype)
+        return F.linear(x, weight_t.t(), self.bias)
 
     def _rows_product(self, x: torch.Tensor, rows: int, product) -> torch.Tensor:
         """x's `rows` rows by `product` (`_kernel_rows`, or in a compiled step the same as `locret::int4_rows`),
@@ -209,13 +208,15 @@ class Int4Linear(nn.Module):
         out = out.view(*x.shape[:-1], self.out_features)
         return out if self.bias is None else out + self.bias
 
-    def _widened_t(self) -> torch.Tensor:
-        """The weight transposed (in, out) in bf16, in the one reused buffer (`bf16_weights.scratch`)."""
-        buffer = scratch(self.in_features * self.out_features, torch.bfloat16).view(self.in_features, -1)
+    def _widened_t(self, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+        """The weight transposed (in, out), its values rounded to bf16, in `dtype` (bf16, or fp32 for a model
+        computing in fp32: written wide at once, not copied again), in the one reused buffer of that dtype
+        (`bf16_weights.scratch`)."""
+        buffer = scratch(self.in_features * self.out_features, dtype).view(self.in_features, -1)
         functions = int4_kernels()
         if functions is None or functions.widen_int4(self.packed.data_ptr(), self.out_features, self.in_features,
                                                      self.scales_zeros.data_ptr(), GROUP, packing_block(),
-                                                     buffer.data_ptr()) != 0:
+                                                     buffer.data_ptr(), int(dtype == torch.float32)) != 0:
             buffer.copy_(self.dequantized().t())
         return buffer
 
@@ -252,6 +253,6 @@ def int4_kernels() -> ctypes.CDLL | None:
     library = built[0]
     pointer, size = ctypes.c_void_p, ctypes.c_int64
     library.widen_int4.restype, library.quantize_int4.restype = ctypes.c_int, ctypes.c_int64
-    library.widen_int4.argtypes = [pointer, size, size, pointer, size, size, pointer]
+    library.widen_int4.argtypes = [pointer, size, size, pointer, size, size, pointer, ctypes.c_int]
     library.quantize_int4.argtypes = [pointer, size, ctypes.c_float, pointer, pointer, pointer]
     return library
