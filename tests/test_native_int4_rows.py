@@ -116,6 +116,10 @@ def test_a_layer_sends_a_questions_rows_to_the_kernel_and_a_chunk_to_the_widened
             assert bool(((got.double() - exact).abs() <= bound).all()), count
         chunk = int4(x)
     assert calls == [5, most]  # the chunk of most + 1 rows did not reach the kernel
+    with torch.no_grad():
+        half = Int4Linear.from_linear(nn.Linear(96, 128, bias=True).to(torch.bfloat16))
+        half(x[:5].bfloat16())
+    assert calls == [5, most]  # bf16 rows: only a step's go to the kernel
     expected = F.linear(x, int4.dequantized().float(), int4.bias)
     assert torch.allclose(chunk, expected, atol=1e-3, rtol=1e-3)
 

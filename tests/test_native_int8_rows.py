@@ -93,6 +93,10 @@ def test_a_layer_sends_a_questions_rows_to_the_kernel_and_a_chunk_to_the_dequant
             assert bool(((layer(rows).double() - exact).abs() <= bound).all())
         assert torch.equal(layer(chunk), F.linear(chunk, layer.dequantized(), layer.bias))  # bit for bit
     assert calls == [(1, 1, 64), (1, 3, 64), (1, most, 64), (1, most + 1, 64)]  # the last declined
+    half = quantized(48, 64, torch.bfloat16, True, 0)  # bf16 rows: only a step's go to the kernel
+    with torch.no_grad():
+        rows = chunk[:, :9].bfloat16()
+        assert torch.equal(half(rows), F.linear(rows, half.dequantized(), half.bias))
 
 
 @needs_kernel

@@ -11,8 +11,9 @@ torch packed it here (`packing_block`). A step's rows go to locret's kernel on t
 multiplies faster by a dense product, so the weight is widened into one reused buffer first (bf16, or fp32 where the
 model computes in fp32), by locret's small C kernel (`native/int4_weights.c`, eight values at a time with AVX2; where
 it is not built, by torch's ops, several times slower), and multiplied as usual. Widening the whole weight costs
-more than locret's kernel takes for a few dozen rows, so inputs of up to `native_rows.QUESTION_ROWS` rows (a
-question prefilled after the read) go to the kernel where it is built (docs/measurements/decode.md).
+more than locret's kernel takes for a few dozen fp32 rows, so inputs of up to `native_rows.QUESTION_ROWS` fp32 rows
+(a question prefilled after the read) go to the kernel where it is built (docs/measurements/decode.md; bf16 rows,
+on CPUs whose dense bf16 product is fast, were not measured).
 
 Quantization is affine per group: weight = (q - 8) × scale + zero, q in 0..15. Where a group's values already lie on
 a grid of at most 16 evenly spaced steps (a 4-bit GGUF's Q4_K blocks, dequantized, do), the grid is found and kept:
@@ -191,7 +192,7 @@ class Int4Linear(nn.Module):
                 return self._rows_product(x, rows, torch.ops.locret.int4_rows)
             with mark(ROWS_KERNEL):
                 return self._rows_product(x, rows, _kernel_rows)
-        if rows <= QUESTION_ROWS:
+        if rows <= QUESTION_ROWS and x.dtype == torch.float32:
             with mark(ROWS_KERNEL):
                 out = int4_rows_product(x, self.packed, self.scales_zeros, packing_block(), most=QUESTION_ROWS)
             if out is not None:

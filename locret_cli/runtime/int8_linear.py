@@ -5,8 +5,8 @@ bytes and quarters fp32's. A step's rows go to locret's int8 kernel (`runtime/na
 weights in place; without it (no AVX2, no compiler, `LOCRET_NATIVE_ROWS=0`) to torch's `_weight_int8pack_mm`, which
 on AVX2 CPUs ran slower than the fp32 product. For a prefill chunk both are several times slower than a dense
 product (docs/systems.md), so a chunk dequantizes the weight into one reused buffer (`bf16_weights.widened`, a few
-per cent over the product) and multiplies as usual; a question's few dozen rows (`native_rows.QUESTION_ROWS`) stay
-with the kernel, which takes less time than dequantizing every weight for them.
+per cent over the product) and multiplies as usual; in fp32, a question's few dozen rows (`native_rows.QUESTION_ROWS`)
+stay with the kernel, which took less time than dequantizing every weight for them (bf16 rows: not measured).
 
 On a CPU that computes in fp32 (`runtime/bf16_weights.py`), a bf16 checkpoint loads bf16 and quantizes from those
 weights, with fp32 scales: the fp32 weights are never made.
@@ -38,7 +38,7 @@ from locret_cli.core.transformers_internals import untie
 from locret_cli.runtime import int4_linear
 from locret_cli.runtime.bf16_weights import widened
 from locret_cli.runtime.mapped_pages import CheckpointPages, trim_heap
-from locret_cli.runtime.native_rows import QUESTION_ROWS, int8_rows_product
+from locret_cli.runtime.native_rows import QUESTION_ROWS, ROWS, int8_rows_product
 
 BLOCK_ROWS = 4096  # rows quantized at a time
 
@@ -107,7 +107,8 @@ class Int8Linear(nn.Module):
         if torch.compiler.is_compiling():  # a compiled step (`--compile-decode`) traces operators, not ctypes calls
             return self._operator_product(x, torch.ops.locret.int8_rows)
         with mark(ROWS_KERNEL):
-            out = int8_rows_product(x, self.weight, self.weight_scale, self.bias, most=QUESTION_ROWS)
+            out = int8_rows_product(x, self.weight, self.weight_scale, self.bias,
+                                    most=QUESTION_ROWS if x.dtype == torch.float32 else ROWS)
         if out is not None:
             return out
         if x.device.type != "cpu" or x.numel() == x.shape[-1]:

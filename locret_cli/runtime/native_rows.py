@@ -21,8 +21,8 @@ The kernels widen bf16 and int8 numbers exactly and sum the products in fp32, fo
 thread reads four streams of weights (an int8 row's sum then times its scale), so their outputs differ from torch's
 only by the order of the sums (and, in bf16, by where that lands the one rounding to bf16). They run on torch's own
 OpenMP threads. Each is built where the CPU has AVX2 and FMA and a compiler builds it (`runtime/native_build.py`),
-unless `LOCRET_NATIVE_ROWS=0`; chunks of more than `ROWS` rows, and training, keep torch's product. Where that
-product would first widen the whole weight (bf16 weights under fp32 arithmetic, int8 and 4-bit weights), inputs of
+unless `LOCRET_NATIVE_ROWS=0`; chunks of more than `ROWS` rows, and training, keep torch's product. Where a model
+computes in fp32 and that product would first widen the whole weight (bf16 weights, int8 and 4-bit ones), inputs of
 up to `QUESTION_ROWS` rows go to the kernel too: a question prefilled after a read is a few dozen rows, and widening
 every weight of the model for it took longer than the kernel reading them once for every row
 (docs/measurements/decode.md).
@@ -44,7 +44,7 @@ from locret_cli.runtime import native_build
 from locret_cli.runtime.dtype_probe import cpuinfo
 
 ROWS = 4  # inputs of at most this many rows go to a kernel; more are a chunk, for torch's product
-QUESTION_ROWS = 32  # ... or this many where torch's product would widen the weight first (a question's rows)
+QUESTION_ROWS = 32  # ... or this many fp32 rows where torch's product would widen the weight first (a question)
 POINTER, I64 = ctypes.c_void_p, ctypes.c_int64
 Kernels = dict[torch.dtype, ctypes._CFuncPtr]  # a kernel's functions by the dtype of the rows they take
 
