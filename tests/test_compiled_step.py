@@ -125,10 +125,11 @@ def test_int8_and_4bit_weights_are_compiled_too(bits, monkeypatch):
     own_step_calls(model, monkeypatch, allowed=False)
     rows, four_bit_rows = [], []
     monkeypatch.setattr("locret_cli.runtime.int8_linear.int8_rows_product",
-                        lambda x, *rest, real=int8_linear.int8_rows_product: rows.append(x.shape[0]) or real(x, *rest))
+                        lambda x, *rest, real=int8_linear.int8_rows_product, **most: rows.append(x.shape[0])
+                        or real(x, *rest, **most))
     monkeypatch.setattr("locret_cli.runtime.int4_linear.int4_rows_product",
-                        lambda x, *rest, real=int4_linear.int4_rows_product: four_bit_rows.append(x.shape[0])
-                        or real(x, *rest))
+                        lambda x, *rest, real=int4_linear.int4_rows_product, **most: four_bit_rows.append(x.shape[0])
+                        or real(x, *rest, **most))
     compiled = answer(model, True)[0]
     assert 1 in rows  # the graph's steps call locret's int8 kernel through its operator (the question is 3 rows)
     assert (1 in four_bit_rows) is (bits == 4)  # and the 4-bit layers the 4-bit kernel, through its own
