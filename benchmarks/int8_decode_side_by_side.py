@@ -26,7 +26,7 @@ from unittest import mock
 
 from locret_cli.api import ModelSpec, load_session
 from locret_cli.core.attention.over_cache import torchs_attention
-from locret_cli.runtime import bf16_weights, int4_linear, int8_linear, native_rows
+from locret_cli.runtime import int4_linear, native_rows
 from locret_cli.settings import AnswerSettings
 
 HANDBOOK = Path(__file__).resolve().parents[1] / "samples" / "handbook.txt"
@@ -44,7 +44,6 @@ WEIGHTS = {"stored": ("as stored", {}), "int8": ("int8 (`--load-8bit`)", {"load_
            "stored-question-widened": ("as stored, a question's rows widened", {}),
            "int8-question-widened": ("int8, a question's rows widened", {"load_8bit": True}),
            "int4-question-widened": ("int4, a question's rows widened", {"load_int4": True})}
-WIDENING = (bf16_weights, int8_linear, int4_linear)  # the modules whose layers widen a chunk's weights
 QUESTIONS = ("What is the gate code of the north depot?", "What did the archivist count behind the granary?",
              "Who questioned the signal tower beside the quarry?")
 
@@ -58,10 +57,7 @@ def product_of(label: str):
     if "torch's attention" in label:
         return torchs_attention()
     if "a question's rows widened" in label:  # as before questions' rows went to the kernels: only a step's did
-        stack = contextlib.ExitStack()
-        for module in WIDENING:
-            stack.enter_context(mock.patch.object(module, "QUESTION_ROWS", native_rows.ROWS))
-        return stack
+        return mock.patch.object(native_rows, "QUESTION_ROWS", native_rows.ROWS)
     return contextlib.nullcontext()
 
 

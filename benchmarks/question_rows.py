@@ -15,14 +15,13 @@ all the layers' linears, the best of three after a warm-up. Run nothing else mea
 from __future__ import annotations
 
 import argparse
-import contextlib
 import time
 from unittest import mock
 
 import torch
 from torch import nn
 
-from locret_cli.runtime import bf16_weights, int4_linear, int8_linear, native_rows
+from locret_cli.runtime import bf16_weights, native_rows
 from locret_cli.runtime.int4_linear import Int4Linear
 from locret_cli.runtime.int8_linear import Int8Linear
 
@@ -43,14 +42,6 @@ def layers_of(kind: str, shapes: list[tuple[int, int]], layers: int) -> nn.Modul
     held = nn.ModuleList(linears)
     bf16_weights.keep_bf16_weights(held)
     return held
-
-
-def widening():
-    """Every product of more than `native_rows.ROWS` rows through the widened weight."""
-    stack = contextlib.ExitStack()
-    for module in (bf16_weights, int8_linear, int4_linear):
-        stack.enter_context(mock.patch.object(module, "QUESTION_ROWS", native_rows.ROWS))
-    return stack
 
 
 def best_of_three(held: nn.ModuleList, rows: int) -> float:
@@ -80,7 +71,7 @@ def main() -> None:
         held = layers_of(kind, SHAPES[args.shape], args.layers)
         for rows in ROWS:
             kernel = best_of_three(held, rows)
-            with widening():
+            with mock.patch.object(native_rows, "QUESTION_ROWS", native_rows.ROWS):  # every weight widened
                 widened = best_of_three(held, rows)
             cells[rows] += [f"{kernel:.2f} s", f"{widened:.2f} s"]
         del held

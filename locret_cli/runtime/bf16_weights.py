@@ -31,7 +31,7 @@ from torch import nn
 
 from locret_cli.core.heads import COMPUTES_IN
 from locret_cli.core.profile_marks import ROWS_KERNEL, WIDEN, mark
-from locret_cli.runtime.native_rows import QUESTION_ROWS, rows_product
+from locret_cli.runtime.native_rows import rows_product, widening_rows
 
 
 def applies(device: torch.device, dtype: torch.dtype) -> bool:
@@ -43,7 +43,7 @@ def applies(device: torch.device, dtype: torch.dtype) -> bool:
 def _linear_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     if x.dtype == torch.float32 and not (torch.is_grad_enabled() and x.requires_grad):
         with mark(ROWS_KERNEL):
-            out = rows_product(x, self.weight, self.bias, most=QUESTION_ROWS)
+            out = rows_product(x, self.weight, self.bias, most=widening_rows(x))
         if out is not None:
             return out
     with mark(WIDEN):

@@ -39,7 +39,7 @@ from locret_cli.errors import LocretError
 from locret_cli.runtime import native_build
 from locret_cli.runtime.bf16_weights import scratch, widened
 from locret_cli.runtime.mapped_pages import CheckpointPages
-from locret_cli.runtime.native_rows import QUESTION_ROWS, int4_rows_product
+from locret_cli.runtime.native_rows import int4_rows_product, widening_rows
 
 GROUP = 32  # inputs per scale and zero
 ROWS = 4  # inputs of at most this many rows go to a rows' product (`_rows_product`); more are a chunk, widened
@@ -192,9 +192,9 @@ class Int4Linear(nn.Module):
                 return self._rows_product(x, rows, torch.ops.locret.int4_rows)
             with mark(ROWS_KERNEL):
                 return self._rows_product(x, rows, _kernel_rows)
-        if rows <= QUESTION_ROWS and x.dtype == torch.float32:
+        if rows <= widening_rows(x):
             with mark(ROWS_KERNEL):
-                out = int4_rows_product(x, self.packed, self.scales_zeros, packing_block(), most=QUESTION_ROWS)
+                out = int4_rows_product(x, self.packed, self.scales_zeros, packing_block(), most=widening_rows(x))
             if out is not None:
                 return out if self.bias is None else out + self.bias
         with mark(WIDEN):

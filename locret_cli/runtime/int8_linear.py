@@ -38,7 +38,7 @@ from locret_cli.core.transformers_internals import untie
 from locret_cli.runtime import int4_linear
 from locret_cli.runtime.bf16_weights import widened
 from locret_cli.runtime.mapped_pages import CheckpointPages, trim_heap
-from locret_cli.runtime.native_rows import QUESTION_ROWS, ROWS, int8_rows_product
+from locret_cli.runtime.native_rows import int8_rows_product, widening_rows
 
 BLOCK_ROWS = 4096  # rows quantized at a time
 
@@ -107,8 +107,7 @@ class Int8Linear(nn.Module):
         if torch.compiler.is_compiling():  # a compiled step (`--compile-decode`) traces operators, not ctypes calls
             return self._operator_product(x, torch.ops.locret.int8_rows)
         with mark(ROWS_KERNEL):
-            out = int8_rows_product(x, self.weight, self.weight_scale, self.bias,
-                                    most=QUESTION_ROWS if x.dtype == torch.float32 else ROWS)
+            out = int8_rows_product(x, self.weight, self.weight_scale, self.bias, most=widening_rows(x))
         if out is not None:
             return out
         if x.device.type != "cpu" or x.numel() == x.shape[-1]:

@@ -49,6 +49,12 @@ POINTER, I64 = ctypes.c_void_p, ctypes.c_int64
 Kernels = dict[torch.dtype, ctypes._CFuncPtr]  # a kernel's functions by the dtype of the rows they take
 
 
+def widening_rows(x: torch.Tensor) -> int:
+    """The most rows of `x` a kernel takes where torch's product would first widen every weight (bf16 weights kept
+    bf16, int8 and 4-bit ones): `QUESTION_ROWS` for fp32 rows, the case measured; `ROWS` for any other dtype."""
+    return QUESTION_ROWS if x.dtype == torch.float32 else ROWS
+
+
 def _built(source: str, names: dict[torch.dtype, str], pointers: int) -> Kernels | None:
     """The functions `names` of `native/<source>`, where this CPU has AVX2 and FMA, a compiler builds them, and
     `LOCRET_NATIVE_ROWS` is not 0; else None. Each takes x, its rows and width, the weight and its rows, then
