@@ -2,7 +2,9 @@
 
 FLOPs are counted from what the engine actually ran, with a forward pre-hook on the model: for every call with n new
 tokens on top of a cache of c entries,
-    linear layers    2 · (decoder parameters) · n          (q/k/v/o projections and MLPs of every layer)
+    linear layers    2 · (decoder parameters) · n          (q/k/v/o projections and MLPs of every layer; in a
+                                                            document's chunk, less the last layer's output
+                                                            projection and MLP, `core/keys_only.py`)
     attention        4 · layers · heads · head_dim · n · (c + (n + 1) / 2)    (QKᵀ and AV, causal within the call)
     LM head          2 · hidden · vocab                      (the engine keeps the logits of the last position only)
 Embeddings, norms, RoPE and the scoring heads are left out: they are small beside these.
@@ -21,6 +23,7 @@ from contextlib import contextmanager
 import torch
 
 from locret_cli.core.answer.decode_step import counting_steps
+from locret_cli.core.keys_only import in_force, skipped_parameters
 from locret_cli.core.shape import ModelShape
 from locret_cli.core.transformers_internals import decoder_parameters, model_call_tokens
 
@@ -32,15 +35,17 @@ class FlopCounter:
         config = model.config.get_text_config(decoder=True)
         self.shape = ModelShape.from_config(model.config)
         self.decoder_parameters = decoder_parameters(model)
+        self.skipped_parameters = skipped_parameters(model)  # in a pass that only appends to the cache
         self.output_flops = 2 * config.hidden_size * config.vocab_size
         self.element_bytes = torch.finfo(model.dtype).bits // 8
         self.weight_bytes = (self.decoder_parameters + config.hidden_size * config.vocab_size) * self.element_bytes
         self.total = self.prefill_flops = self.decode_bytes = 0
 
-    def add(self, new_tokens: int, cached_tokens: int) -> None:
+    def add(self, new_tokens: int, cached_tokens: int, keys_only: bool = False) -> None:
         s = self.shape
         attention = 4 * s.layers * s.heads * s.head_dim * new_tokens * (cached_tokens + (new_tokens + 1) / 2)
-        flops = int(2 * self.decoder_parameters * new_tokens + attention + self.output_flops)
+        linear = self.decoder_parameters - (self.skipped_parameters if keys_only else 0)
+        flops = int(2 * linear * new_tokens + attention + self.output_flops)
         self.total += flops
         if new_tokens == 1:
             self.decode_bytes += self.weight_bytes + 2 * s.layers * s.kv_heads * s.head_dim * cached_tokens * \
@@ -55,7 +60,7 @@ def counting(model, counter: FlopCounter):
 
     def before_forward(_module, _args, kwargs):
         tokens, cache = model_call_tokens(kwargs)
-        counter.add(tokens, cache.get_seq_length() if cache is not None else 0)
+        counter.add(tokens, cache.get_seq_length() if cache is not None else 0, keys_only=in_force(model))
 
     handle = model.register_forward_pre_hook(before_forward, with_kwargs=True)
     try:

@@ -25,6 +25,7 @@ from locret_cli.core.attention.probe import observe_attention
 from locret_cli.core.attention.rope import SLIDING, changes_with_length, frequencies_for
 from locret_cli.core.cache.bounded import LocretCache
 from locret_cli.core.heads import compute_dtype
+from locret_cli.core.keys_only import keys_and_values_only
 from locret_cli.core.lazy_prefill import flowing_tokens, lazy_layers
 from locret_cli.core.policies import Policy, select
 from locret_cli.core.policies.full import FullPolicy
@@ -199,7 +200,7 @@ class Engine:
         """Append one chunk to the cache, scoring it (with the question read after it, for FINCH), then evict down to
         the budget."""
         question = self.read_question_ids
-        self.forward(ids + question, score=self.policy.evicts)
+        self.logits(ids + question, self.policy.evicts, None)
         if question:
             self.cache.forget_last(len(question))
             self.seen -= len(question)
@@ -230,9 +231,10 @@ class Engine:
         """Run `ids` through the model on top of the cache; returns the last position's logits (vocab,)."""
         return self.logits(ids, score, 1)[-1]
 
-    def logits(self, ids: list[int], score: bool, last: int) -> torch.Tensor:
+    def logits(self, ids: list[int], score: bool, last: int | None) -> torch.Tensor | None:
         """`forward`, returning the last `last` positions' logits (last, vocab), with gradients where the caller
-        enables them (training a reader)."""
+        enables them (training a reader); with `last` None the pass only appends to the cache (a document's chunk:
+        the last layer computes its keys and values alone, `core/keys_only.py`) and returns None."""
         token_index = torch.arange(self.seen, self.seen + len(ids), device=self.device)
         if self.settings.positions == "compact":
             start = self.cache.length()
@@ -251,15 +253,17 @@ class Engine:
                 if self.settings.lazy_after:
                     scoring.enter_context(lazy_layers(self.model, self.cache, self.settings.lazy_after,
                                                       lambda: self._flowing(len(ids))))
+            if last is None:
+                scoring.enter_context(keys_and_values_only(self.model))
             input_ids = torch.tensor([ids], device=self.device)
-            if self.step is not None and len(ids) == 1 and not score:
+            if self.step is not None and len(ids) == 1 and not score and last is not None:
                 logits = self.step(input_ids, positions.unsqueeze(0), self.cache)
             else:
                 logits = self.model(input_ids=input_ids, position_ids=positions.unsqueeze(0), use_cache=True,
-                                    **cache_kwargs(self.model, self.cache), logits_to_keep=last).logits
+                                    **cache_kwargs(self.model, self.cache), logits_to_keep=last or 1).logits
         self.seen += len(ids)
         self.cache.note_peak()
-        return logits[0].float()
+        return None if last is None else logits[0].float()
 
     def _scorer(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """The capture callback: the policy scores a layer's new entries (their token indices are the origins staged

@@ -4,9 +4,10 @@ one). Nothing outside it names a model's submodules, a forward's keyword argumen
 
 - `registry`: the cache a model's attention appends to (`Cache`, `CacheLayerMixin`) and the keyword a forward takes
   it by; attention implementations (registering one, running one for a block, the one in force, transformers' SDPA).
-- `tree`: where a model keeps its parts: attention layers and their projections, decoder layers, the rotary
-  embedding, a Llama-family decoder's modules in call order and its modeling file's own functions, the units of
-  weights placed whole, the names of checkpoint tensors and of linears.
+- `tree`: where a model keeps its parts: attention layers and their projections, decoder layers (and what each
+  adds to the residual stream), the rotary embedding, a Llama-family decoder's modules in call order and
+  its modeling file's own functions, the units of weights placed whole, the names of checkpoint tensors and of
+  linears.
 - `calls`: what hooks see of a forward's keyword arguments, a decoder layer's arguments cut to some tokens, the
   activation functions by name, and the GGUF reader's progress bar.
 
@@ -22,9 +23,9 @@ _HOMES = {
     "calls": ("activation_function", "has_activation", "layer_call_for", "model_call_tokens", "quiet_gguf_conversion"),
     "registry": ("Cache", "CacheLayerMixin", "attention_implementation", "attention_in_force", "cache_kwargs",
                  "implementation_of", "register_attention", "sdpa_attention_forward"),
-    "tree": ("ADAPTED_LINEARS", "SIBLING_LINEARS", "LlamaDecoder", "LlamaLayer", "attention_layers", "decoder_functions",
-             "decoder_layers", "decoder_parameters", "decoder_stack", "llama_decoder", "projections", "rotary_module",
-             "sampled_weight_names", "untie", "weight_blocks"),
+    "tree": ("ADAPTED_LINEARS", "SIBLING_LINEARS", "LlamaDecoder", "LlamaLayer", "attention_layers",
+             "decoder_functions", "decoder_layers", "decoder_parameters", "decoder_stack", "llama_decoder",
+             "projections", "residual_writers", "rotary_module", "sampled_weight_names", "untie", "weight_blocks"),
 }
 _HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
 __all__ = sorted(_HOME_OF)

@@ -56,6 +56,11 @@ def decoder_layers(model) -> list[nn.Module]:
     return [found[i] for i in range(len(found))]
 
 
+def residual_writers(layer: nn.Module) -> tuple[nn.Module, nn.Module]:
+    """A decoder layer's attention output projection and MLP: what it adds to the residual stream."""
+    return layer.self_attn.o_proj, layer.mlp
+
+
 def rotary_module(model) -> nn.Module:
     """The model's shared rotary-embedding module (Gemma 3's holds one set of frequencies per kind of layer)."""
     for module in model.modules():
