@@ -123,6 +123,24 @@ def filled_engine(model, heads, budget: int, chunk: int, tokens: int, steps: int
     return engine, chunks, tokenizer
 
 
+def ready_model(preset: str, dtype: str, heads_hidden: int, widened: bool = False, int8: bool = False,
+                pack: bool = True):
+    """(model, heads): a random-weights model of `preset`'s shape in `dtype` (bf16 weights kept bf16 under fp32
+    arithmetic where `widened`; int8 linears with `int8`), made ready as a session makes it (`pack`: one row by
+    locret's kernel where built, else oneDNN's packed copy), and retaining heads of `heads_hidden` for it."""
+    model = random_model(preset, torch.bfloat16 if widened else DTYPES[dtype])
+    if widened:
+        keep_bf16_weights(model)
+    if int8:
+        quantize_linears(model)
+    torch.manual_seed(0)
+    heads = RetainingHeads.for_model(model, heads_hidden).eval()
+    if pack:
+        take_rows(model)
+        pack_linears(model)
+    return model, heads
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="smollm2-135m")
@@ -141,16 +159,7 @@ def main() -> None:
     args = parser.parse_args()
 
     widened = args.dtype == "fp32" and not args.fp32_weights
-    model = random_model(args.preset, torch.bfloat16 if widened else DTYPES[args.dtype])
-    if widened:
-        keep_bf16_weights(model)
-    if args.int8:
-        quantize_linears(model)
-    torch.manual_seed(0)
-    heads = RetainingHeads.for_model(model, args.heads_hidden).eval()
-    if not args.no_pack:  # as a session makes it ready: one row by locret's kernel where built, else packed
-        take_rows(model)
-        pack_linears(model)
+    model, heads = ready_model(args.preset, args.dtype, args.heads_hidden, widened, args.int8, not args.no_pack)
     engine, chunks, tokenizer = filled_engine(model, heads, args.budget, args.chunk, args.tokens, args.steps,
                                               timed_chunks)
     started = time.perf_counter()

@@ -192,9 +192,9 @@ class Int4Linear(nn.Module):
                 return self._rows_product(x, rows, torch.ops.locret.int4_rows)
             with mark(ROWS_KERNEL):
                 return self._rows_product(x, rows, _kernel_rows)
-        if rows <= widening_rows(x):
+        if rows <= (most := widening_rows(x)):
             with mark(ROWS_KERNEL):
-                out = int4_rows_product(x, self.packed, self.scales_zeros, packing_block(), most=widening_rows(x))
+                out = int4_rows_product(x, self.packed, self.scales_zeros, packing_block(), most=most)
             if out is not None:
                 return out if self.bias is None else out + self.bias
         with mark(WIDEN):

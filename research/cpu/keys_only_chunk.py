@@ -20,14 +20,9 @@ from unittest import mock
 
 import torch
 
-from benchmarks.profile_engine import filled_engine
+from benchmarks.profile_engine import filled_engine, ready_model
 from locret_cli.core import engine as engine_module
-from locret_cli.core.heads import RetainingHeads
-from locret_cli.models.arch import random_model
 from locret_cli.models.loading import DTYPES
-from locret_cli.runtime.bf16_weights import keep_bf16_weights
-from locret_cli.runtime.native_rows import take_rows
-from locret_cli.runtime.packed_linear import pack_linears
 
 
 def timed_chunk(engine, ids: list[int], whole: bool) -> tuple[float, list[dict]]:
@@ -53,13 +48,7 @@ def main() -> None:
     args = parser.parse_args()
 
     widened = args.dtype == "fp32"
-    model = random_model(args.preset, torch.bfloat16 if widened else DTYPES[args.dtype])
-    if widened:
-        keep_bf16_weights(model)
-    torch.manual_seed(0)
-    heads = RetainingHeads.for_model(model, args.heads_hidden).eval()
-    take_rows(model)
-    pack_linears(model)
+    model, heads = ready_model(args.preset, args.dtype, args.heads_hidden, widened)
     tokens = args.budget + args.chunk * (args.rounds + 3)
     engine, chunks, _ = filled_engine(model, heads, args.budget, args.chunk, tokens, 0)
     ratios = []
