@@ -40,13 +40,13 @@ SHARES = (0.1, 0.2, 0.3, 0.4, 0.5)  # thresholds: the scores below which these s
 def replay(args) -> None:
     stored = {(r["set"], r["document"], r["question"]): r["answer"] for r in map(json.loads, args.rows.open())
               if r["config"] == args.config} if args.rows else {}
-    session = load_session(args.model, device="cpu", dtype="bf16", load_int4=args.load_int4)
+    session = load_session(args.model, device="cpu", dtype=args.dtype, load_int4=args.load_int4)
     answering = replace(session.plan(answer={"max_new_tokens": 32}).answer, **CONFIGS[args.config][0])
     for name, index, reading, numbers, question in pending_questions(args, session, answering):
         key, asked = (name, index, question.question), question.question
         spans, _, _ = locate(reading.engine, reading.tokenizer, reading.input_ids, reading.engine.pinned, asked, [],
                              answering)
-        row = {"set": name, "document": index, "kind": question.kind, "question": asked,
+        row = {"set": name, "document": index, "kind": question.kind, "question": asked, "windows": spans,
                **windows_answer(reading, spans, question, answering, numbers)}
         if key in stored:
             row["same_as_stored"] = stored[key] == row["answer"]
@@ -130,6 +130,7 @@ def replay_parser(description: str) -> argparse.ArgumentParser:
     parser.add_argument("--config", default="bm25-3x1024")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--report", action="store_true")
+    parser.add_argument("--dtype", default="auto", help="the compute dtype (auto: bf16 where this CPU is fast at it)")
     return parser
 
 

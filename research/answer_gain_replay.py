@@ -46,7 +46,7 @@ def answer_logprobs(engine, prompt_ids: list[int], answer_ids: list[int]) -> lis
 
 
 def replay(args) -> None:
-    session = load_session(args.model, device="cpu", dtype="bf16")
+    session = load_session(args.model, device="cpu", dtype=args.dtype)
     answering = replace(session.plan(answer={"max_new_tokens": 32}).answer, **CONFIGS[args.config][0])
     last = bare = None  # the reading of the last question, and an engine that read its prompt's head and no text
     for name, index, reading, numbers, question in pending_questions(args, session, answering):

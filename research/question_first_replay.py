@@ -66,7 +66,7 @@ def variant_rows(reading, spans, question, numbers, answering) -> list[dict]:
 
 
 def replay(args) -> None:
-    session = load_session(args.model, device="cpu", dtype="bf16")
+    session = load_session(args.model, device="cpu", dtype=args.dtype)
     answering = replace(session.plan(answer={"max_new_tokens": 32}).answer, **CONFIGS[args.config][0])
     for name, index, reading, numbers, question in pending_questions(args, session, answering):
         spans, _, _ = locate(reading.engine, reading.tokenizer, reading.input_ids, reading.engine.pinned,
