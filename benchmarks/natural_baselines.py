@@ -72,6 +72,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--model", default="smollm2")
+    parser.add_argument("--dtype", default="auto", help="the compute dtype (auto: bf16 where this CPU is fast at it)")
     parser.add_argument("--sets", default="natural", choices=tuple(NATURAL))
     parser.add_argument("--only", help="these documents only (names, comma-separated; rows keep their index)")
     parser.add_argument("--baselines", default="rag-minilm,rag-bm25,passage-oracle:tokens=3072")
@@ -79,7 +80,7 @@ def main() -> None:
     parser.add_argument("--report", action="store_true")
     args = parser.parse_args()
     if not args.report:
-        session = load_session(args.model, device="cpu", dtype="bf16", reads_with="full")
+        session = load_session(args.model, device="cpu", dtype=args.dtype, reads_with="full")
         run(session, args.sets, set(args.only.split(",")) if args.only else None, args.baselines.split(","),
             args.out, args.rag_tokens)
     print(report(read_rows(args.out)))

@@ -255,6 +255,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--model", default="smollm2")
+    parser.add_argument("--dtype", default="auto", help="the compute dtype (auto: bf16 where this CPU is fast at it)")
     parser.add_argument("--sets", default="dev,kinds")
     parser.add_argument("--lengths", default="32000")
     parser.add_argument("--documents", type=int, default=4)
@@ -283,7 +284,7 @@ def main() -> None:
     args = parser.parse_args()
     if not args.report:
         policy = "locret" if args.oracle in ("fact+heads", PASSAGE_KEPT) else args.policy
-        session = load_session(args.model, device="cpu", dtype="bf16", reader=args.reader, heads=args.heads,
+        session = load_session(args.model, device="cpu", dtype=args.dtype, reader=args.reader, heads=args.heads,
                                load_8bit=args.load_8bit, reads_with=policy)
         if args.shipped_settings:
             shipped = find_shipped(session.loaded.model)

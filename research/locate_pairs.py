@@ -43,7 +43,7 @@ def mixed_passages(scores: list[float], similarity: list[float], spans: list[tup
 def replay(args) -> None:
     done = {(r["set"], r["document"], r["question"]) for r in map(json.loads, args.out.open())} \
         if args.out.exists() else set()
-    session = load_session(args.model, device="cpu", dtype="bf16")
+    session = load_session(args.model, device="cpu", dtype=args.dtype)
     answering = replace(session.plan(answer={"max_new_tokens": 32}).answer, **CONFIGS["bm25-3x1024"][0])
     ranker = EmbeddingRanker(minilm_embed())
     for name in args.sets.split(","):
@@ -94,6 +94,7 @@ def report(path: Path, at: float) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model")
+    parser.add_argument("--dtype", default="auto", help="the compute dtype (auto: bf16 where this CPU is fast at it)")
     parser.add_argument("--sets", default="natural-validation")
     parser.add_argument("--documents", type=int, default=6)
     parser.add_argument("--out", type=Path, required=True)

@@ -42,11 +42,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("rows", type=Path)
     parser.add_argument("--model", required=True)
+    parser.add_argument("--dtype", default="auto", help="the compute dtype (auto: bf16 where this CPU is fast at it)")
     parser.add_argument("--sets", default="natural-validation")
     parser.add_argument("--documents", type=int, default=6)
     args = parser.parse_args()
     rows = [json.loads(line) for line in args.rows.open() if line.strip()]
-    session = load_session(args.model, device="cpu", dtype="bf16")
+    session = load_session(args.model, device="cpu", dtype=args.dtype)
     base = session.plan(answer={"max_new_tokens": 32}).answer
     tally = defaultdict(lambda: defaultdict(int))  # (config, scope): counts
     for name in args.sets.split(","):
