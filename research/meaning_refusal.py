@@ -9,13 +9,13 @@ withholds rightly. Offline, over the rows `research/answer_check_replay.py` wrot
 Each document of the rows is tokenized as the replay tokenized it (`Session.read(defer=True)`; only the tokenizer is
 used), its windows decoded, cut into sentences and pairs of neighbouring sentences, and embedded with
 all-MiniLM-L6-v2. For every answer: the runs of its specific words the windows and question lack (`missing`, as the
-shipped check finds them); `answer_fit`, the largest cosine of the answer (its framing cut) with a window
-sentence, and `question_fit`, the same for the question. The report sweeps the threshold of a pardon (an answer the
-lexical check withholds is kept where `answer_fit` reaches it) with and without the model's own check
-(`--answerable`), and prints right / made up / bound wrong / not-stated refused by kind for each rule; `--pardon`
-prints the rows of chosen thresholds only (a rule chosen on another half). `--common 5000,20000` also reports the
-lexical check with the model vocabulary's first N whole words taken as common (`vocabulary_words`): a right answer
-that adds an ordinary word of its own ("stopped", "received") is then not withheld for it.
+shipped check finds them), and `answer_fit`, the largest cosine of the answer (its framing cut) with a window
+sentence. The report sweeps the threshold of a pardon (an answer the lexical check withholds is kept where
+`answer_fit` reaches it) with and without the model's own check (`--answerable`), and prints right / made up / bound
+wrong / not-stated refused by kind for each rule; `--pardon` prints the rows of chosen thresholds only (a rule chosen
+on another half). `--common 5000,20000` also reports the lexical check with the model vocabulary's first N whole words
+taken as common (`vocabulary_words`): a right answer that adds an ordinary word of its own ("stopped", "received") is
+then not withheld for it.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def common_words(words: frozenset[str]):
 
 
 def fits(rows: list[dict], model: Path, vocabulary: tuple[int, ...] = ()) -> None:
-    """Adds `answer_fit`, `question_fit` and `missing` to each row, and `unfound_common`: for each size in
+    """Adds `answer_fit` and `missing` to each row, and `unfound_common`: for each size in
     `vocabulary`, whether the lexical check withholds the answer with `vocabulary_words` of that size common."""
     session = load_session(str(model), device="cpu", dtype="fp32")
     embed = minilm_embed()
@@ -89,9 +89,8 @@ def fits(rows: list[dict], model: Path, vocabulary: tuple[int, ...] = ()) -> Non
                         status = ground(row["question"], row["answer"], read).status
                     row["unfound_common"][first] = status == "not_found"
                 window = unit(sentences("\n\n".join(texts)))
-                asked = unit([FRAME.sub(" ", row["answer"]).strip() or row["answer"], row["question"]])
-                best = (window @ asked.T).max(dim=0).values.tolist()
-                row["answer_fit"], row["question_fit"] = best
+                said = unit([FRAME.sub(" ", row["answer"]).strip() or row["answer"]])
+                row["answer_fit"] = (window @ said[0]).max().item()
 
 
 def report(rows: list[dict], pardons: tuple[float, ...], answerable: float, vocabulary: tuple[int, ...] = ()) -> None:
