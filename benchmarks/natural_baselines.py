@@ -25,7 +25,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from benchmarks.reader_routes import answer_views, read_rows, report
+from benchmarks.reader_routes import add_dtype, answer_views, read_rows, report
 from locret_cli.api import Session, load_session
 from locret_cli.bench.baselines import baseline_readings, baseline_variant
 from locret_cli.bench.rag import RAG_TOKENS
@@ -72,7 +72,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--model", default="smollm2")
-    parser.add_argument("--dtype", default="auto", help="the compute dtype (auto: bf16 where this CPU is fast at it)")
+    add_dtype(parser)
     parser.add_argument("--sets", default="natural", choices=tuple(NATURAL))
     parser.add_argument("--only", help="these documents only (names, comma-separated; rows keep their index)")
     parser.add_argument("--baselines", default="rag-minilm,rag-bm25,passage-oracle:tokens=3072")

@@ -76,6 +76,7 @@ from locret_cli.checks.grounding import REFUSAL, DocumentText, ground
 from locret_cli.core.answer.reader import ReaderAdapter
 from locret_cli.core.measure import peak_memory
 from locret_cli.inputs.documents import text_document
+from locret_cli.models.loading import DTYPES
 from locret_cli.models.reader_files import load_reader
 from locret_cli.models.shipped import find_shipped
 from locret_cli.settings import TEXT_LOCATES
@@ -109,6 +110,13 @@ def dev_questions(length: int, count: int, packages: Path | None) -> list[tuple[
 
 def kinds_questions(session: Session, length: int, count: int) -> list[tuple[object, list[Question], list[str]]]:
     return [(s.document, s.questions, []) for s in kinds_samples(session.loaded.tokenizer, length, count)]
+
+
+def add_dtype(parser: argparse.ArgumentParser) -> None:
+    """The `--dtype` the natural task's benchmarks and replays load their model with: auto (the dtype probe's
+    choice: bf16 where this CPU is fast at it, else fp32) or one of `loading.DTYPES`."""
+    parser.add_argument("--dtype", default="auto", choices=("auto", *DTYPES),
+                        help="the compute dtype (auto: bf16 where this CPU is fast at it)")
 
 
 def natural_questions(split: str, count: int) -> list[tuple[object, list[Question], list[str]]]:
@@ -255,7 +263,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--model", default="smollm2")
-    parser.add_argument("--dtype", default="auto", help="the compute dtype (auto: bf16 where this CPU is fast at it)")
+    add_dtype(parser)
     parser.add_argument("--sets", default="dev,kinds")
     parser.add_argument("--lengths", default="32000")
     parser.add_argument("--documents", type=int, default=4)

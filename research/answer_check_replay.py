@@ -24,7 +24,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from benchmarks.reader_routes import CONFIGS, natural_questions
+from benchmarks.reader_routes import CONFIGS, add_dtype, natural_questions
 from locret_cli.api import load_session
 from locret_cli.api.answer_checks import unfound
 from locret_cli.bench.tasks import NATURAL
@@ -130,7 +130,7 @@ def replay_parser(description: str) -> argparse.ArgumentParser:
     parser.add_argument("--config", default="bm25-3x1024")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--report", action="store_true")
-    parser.add_argument("--dtype", default="auto", help="the compute dtype (auto: bf16 where this CPU is fast at it)")
+    add_dtype(parser)
     return parser
 
 

@@ -19,7 +19,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from benchmarks.reader_routes import CONFIGS, natural_questions
+from benchmarks.reader_routes import CONFIGS, add_dtype, natural_questions
 from locret_cli.api import load_session
 from locret_cli.bench.rankers import EmbeddingRanker, minilm_embed
 from locret_cli.bench.tasks import NATURAL
@@ -94,7 +94,7 @@ def report(path: Path, at: float) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model")
-    parser.add_argument("--dtype", default="auto", help="the compute dtype (auto: bf16 where this CPU is fast at it)")
+    add_dtype(parser)
     parser.add_argument("--sets", default="natural-validation")
     parser.add_argument("--documents", type=int, default=6)
     parser.add_argument("--out", type=Path, required=True)

@@ -18,7 +18,7 @@ from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
 
-from benchmarks.reader_routes import CONFIGS, natural_questions
+from benchmarks.reader_routes import CONFIGS, add_dtype, natural_questions
 from locret_cli.api import load_session
 from locret_cli.api.answer_checks import unfound
 from locret_cli.bench.tasks import NATURAL
@@ -42,7 +42,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("rows", type=Path)
     parser.add_argument("--model", required=True)
-    parser.add_argument("--dtype", default="auto", help="the compute dtype (auto: bf16 where this CPU is fast at it)")
+    add_dtype(parser)
     parser.add_argument("--sets", default="natural-validation")
     parser.add_argument("--documents", type=int, default=6)
     args = parser.parse_args()
