@@ -62,16 +62,20 @@ def main() -> None:
     parser.add_argument("--windows", type=int, default=3)
     parser.add_argument("--tokens", type=int, default=1024)
     parser.add_argument("--documents", type=int, default=6)
+    parser.add_argument("--rules", default=",".join(RULES), help="comma-separated; bm25 alone needs no embedder")
     args = parser.parse_args()
+    rules = [r for r in args.rules.split(",") if r]
+    if unknown := set(rules) - set(RULES):
+        parser.error(f"unknown rules: {', '.join(sorted(unknown))} (known: {', '.join(RULES)})")
     tokenizer = AutoTokenizer.from_pretrained(args.model)
-    ranker = EmbeddingRanker(minilm_embed())
+    ranker = EmbeddingRanker(minilm_embed()) if rules != ["bm25"] else None
     held, named, total = defaultdict(int), defaultdict(int), defaultdict(int)
     for document in natural.load(args.split)[:args.documents]:
         encoded = tokenizer(document.text, return_offsets_mapping=True, add_special_tokens=False)
         ids, offsets = encoded["input_ids"], encoded["offset_mapping"]
         spans = passage_spans(len(ids), 0, min(PASSAGE_TOKENS, args.tokens // 2))
         texts = [tokenizer.decode(ids[a:b]) for a, b in spans]
-        index = ranker.index(texts)
+        index = ranker.index(texts) if ranker else None
         passage_words = [words(t) for t in texts]
         for q in document.questions:
             if not q.answer:
@@ -79,8 +83,8 @@ def main() -> None:
             place = int(q.depth * len(document.text))
             token = next((i for i, (a, b) in enumerate(offsets) if b > place), len(ids) - 1)
             bm25 = bm25_scores(passage_words, words(q.question))
-            dense = ranker.scores(index, q.question)
-            for rule in RULES:
+            dense = ranker.scores(index, q.question) if ranker else []
+            for rule in rules:
                 chosen = rule_windows(rule, bm25, dense, spans, args.windows, args.tokens, len(ids))
                 text = " ".join(tokenizer.decode(ids[a:b]) for a, b in chosen)
                 for key in (rule, f"{rule} {q.kind}"):
