@@ -9,9 +9,10 @@ Each question's windows (the shipped `--config`) are read once with a full cache
 them; its row holds what that replay's holds (the greedy answer, its verdicts, the shares of yes) and `samples`:
 `--samples` answers sampled on forks of the same engine at `--temperature` (seeds 1, 2, ...). An answer's
 `agreement` is the mean, over its samples, of the share of its own new words (those of neither the question nor
-`grounding.COMMON`) that the sample also says; an answer with no new words agrees fully. `--report` prints the
-rows refused where the agreement falls below each of `--below`, alone, with the shipped `--unfound-in read`, and
-with both it and the model's answerable share under `--at`.
+`grounding.COMMON`) that the sample also says; an answer with no new words agrees fully. `--report` prints right /
+made up / bound wrong / not-stated refused by kind where an answer is refused as said, as shipped (`--unfound-in
+read`, and the model's answerable share under `--at`), and, for each agreement threshold of `--below`, where the
+agreement falls below it: alone, or the windows lack the answer's words, both (a pardon), or the shipped rule.
 """
 
 from __future__ import annotations
