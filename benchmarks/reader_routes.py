@@ -26,6 +26,8 @@ and every question is asked of that one read under each configuration:
     bm25-4x256        --reread 4 --reread-tokens 256 --locate bm25: four small windows, as a retrieval pipeline's
                       top passages
     bm25-3x1024       --reread 3 --locate bm25: three windows of 1,024 tokens
+    attention-3x1024  --reread 3 --locate attention: three windows of 1,024 tokens where the bounded cache's first
+                      answer looked (with `--question-share`, a cache the questions chose)
     bm25-3x1024-say   the same with `--say-unstated`: the prompt asks for "The document does not say." where the
                       windows do not answer
 When every configuration asked locates in the text alone (words, bm25), the bounded read runs only for a question
@@ -94,6 +96,7 @@ CONFIGS = {  # name: (answer settings changed, with the reader)
     "bm25-route": ({"reread": 1, "locate": "bm25"}, False),
     "bm25-4x256": ({"reread": 4, "reread_tokens": 256, "locate": "bm25"}, False),
     "bm25-3x1024": ({"reread": 3, "locate": "bm25"}, False),
+    "attention-3x1024": ({"reread": 3, "locate": "attention"}, False),
     "bm25-3x1024-say": ({"reread": 3, "locate": "bm25", "say_unstated": True}, False)}
 PASSAGE_KEPT = "passage+heads"
 

@@ -11,14 +11,23 @@ the windows' decoded text holds its answer (or an accepted form) whole.
     minilm    cosine similarity of MiniLM embeddings of the passage and the question
     rrf       reciprocal-rank fusion of the two (1/(60 + rank) summed)
     mixed     `--windows - 1` windows by BM25, then one by MiniLM (`research/locate_pairs.py`'s `mixed_passages`)
+    hyde      BM25 for the question's words and those of the model's closed-book answer to it (a hypothetical
+              answer, as HyDE uses one), read from `--hypotheses`: rows of `benchmarks.natural_closed_book`
+    bm25+hyde `--windows - 1` windows by the question's BM25, then one by `hyde`'s
+    hyde-minilm     MiniLM's cosine of each passage and the question followed by its hypothetical answer
+    bm25+hyde-minilm  `--windows - 1` windows by BM25, then one by `hyde-minilm`'s
 
     python -m research.locate_recall --model runs/qwen1.5b/qwen2.5-coder-1.5b-instruct --split validation
+    python -m benchmarks.natural_closed_book --model M --split validation --out runs/natural/closed-val.jsonl
+    python -m research.locate_recall --model M --rules bm25,hyde,bm25+hyde --hypotheses runs/natural/closed-val.jsonl
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 from collections import defaultdict
+from pathlib import Path
 
 from transformers import AutoTokenizer
 
@@ -31,7 +40,9 @@ from locret_cli.core.answer.passage_rank import PASSAGE_TOKENS, best_passages, b
 from research.locate_pairs import mixed_passages
 
 RRF_K = 60
-RULES = ("bm25", "minilm", "rrf", "mixed")
+RULES = ("bm25", "minilm", "rrf", "mixed", "hyde", "bm25+hyde", "hyde-minilm", "bm25+hyde-minilm")
+HYPOTHESIS_RULES = {"hyde", "bm25+hyde", "hyde-minilm", "bm25+hyde-minilm"}
+LEXICAL_RULES = {"bm25", "hyde", "bm25+hyde"}
 
 
 def ranks(scores: list[float]) -> list[int]:
@@ -43,11 +54,27 @@ def ranks(scores: list[float]) -> list[int]:
     return out
 
 
-def rule_windows(rule: str, bm25: list[float], dense: list[float], spans: list[tuple[int, int]], windows: int,
+def hypotheses(path: Path | None) -> dict[tuple[str, str], str]:
+    """Each (document, question)'s closed-book answer in `benchmarks.natural_closed_book`'s rows at `path`."""
+    if path is None:
+        return {}
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return {(r["document"], r["question"]): r["answer"] for r in rows}
+
+
+def rule_windows(rule: str, scores: dict[str, list[float]], spans: list[tuple[int, int]], windows: int,
                  size: int, tokens: int) -> list[tuple[int, int]]:
-    """The windows `rule` chooses."""
-    if rule == "mixed":
-        return mixed_passages(bm25, dense, spans, windows, size, 0, tokens)
+    """The windows `rule` chooses, from each passage's `scores` by kind: "bm25" and "dense" for the question,
+    "hyde" and "hyde-dense" for the question with its hypothetical answer (those the rule needs)."""
+    bm25, dense = scores["bm25"], scores.get("dense", [])
+    if rule in ("mixed", "bm25+hyde", "bm25+hyde-minilm"):
+        second = {"mixed": dense, "bm25+hyde": scores.get("hyde"), "bm25+hyde-minilm": scores.get("hyde-dense")}
+        return mixed_passages(bm25, second[rule], spans, windows, size, 0, tokens)
+    if rule == "hyde":
+        return best_passages(scores["hyde"], spans, windows, size, 0, tokens)
+    if rule == "hyde-minilm":
+        dense = scores["hyde-dense"]
+        rule = "minilm"
     if rule == "minilm":  # a cosine may be 0 or below, which best_passages never chooses
         return joined(centred(dense, spans, windows, size, 0, tokens, [], floor=float("-inf")))
     if rule == "rrf":
@@ -62,13 +89,18 @@ def main() -> None:
     parser.add_argument("--windows", type=int, default=3)
     parser.add_argument("--tokens", type=int, default=1024)
     parser.add_argument("--documents", type=int, default=6)
-    parser.add_argument("--rules", default=",".join(RULES), help="comma-separated; bm25 alone needs no embedder")
+    parser.add_argument("--rules", default="bm25,minilm,rrf,mixed",
+                        help=f"comma-separated of {', '.join(RULES)}; bm25, hyde and bm25+hyde need no embedder")
+    parser.add_argument("--hypotheses", type=Path, help="closed-book rows (`benchmarks.natural_closed_book`)")
     args = parser.parse_args()
     rules = [r for r in args.rules.split(",") if r]
     if unknown := set(rules) - set(RULES):
         parser.error(f"unknown rules: {', '.join(sorted(unknown))} (known: {', '.join(RULES)})")
+    if HYPOTHESIS_RULES & set(rules) and args.hypotheses is None:
+        parser.error("the hyde rules need --hypotheses")
+    answers = hypotheses(args.hypotheses)
     tokenizer = AutoTokenizer.from_pretrained(args.model)
-    ranker = EmbeddingRanker(minilm_embed()) if rules != ["bm25"] else None
+    ranker = EmbeddingRanker(minilm_embed()) if set(rules) - LEXICAL_RULES else None
     held, named, total = defaultdict(int), defaultdict(int), defaultdict(int)
     for document in natural.load(args.split)[:args.documents]:
         encoded = tokenizer(document.text, return_offsets_mapping=True, add_special_tokens=False)
@@ -82,10 +114,16 @@ def main() -> None:
                 continue
             place = int(q.depth * len(document.text))
             token = next((i for i, (a, b) in enumerate(offsets) if b > place), len(ids) - 1)
-            bm25 = bm25_scores(passage_words, words(q.question))
-            dense = ranker.scores(index, q.question) if ranker else []
+            scores = {"bm25": bm25_scores(passage_words, words(q.question))}
+            if ranker:
+                scores["dense"] = ranker.scores(index, q.question)
+            if answers:
+                hypothesis = f"{q.question} {answers.get((document.name, q.question), '')}"
+                scores["hyde"] = bm25_scores(passage_words, words(hypothesis))
+                if ranker:
+                    scores["hyde-dense"] = ranker.scores(index, hypothesis)
             for rule in rules:
-                chosen = rule_windows(rule, bm25, dense, spans, args.windows, args.tokens, len(ids))
+                chosen = rule_windows(rule, scores, spans, args.windows, args.tokens, len(ids))
                 text = " ".join(tokenizer.decode(ids[a:b]) for a, b in chosen)
                 for key in (rule, f"{rule} {q.kind}"):
                     total[key] += 1
