@@ -25,12 +25,12 @@ the windows' decoded text holds its answer (or an accepted form) whole.
 from __future__ import annotations
 
 import argparse
-import json
 from collections import defaultdict
 from pathlib import Path
 
 from transformers import AutoTokenizer
 
+from benchmarks.natural_closed_book import read_rows
 from locret_cli.bench import natural
 from locret_cli.bench.rankers import EmbeddingRanker, minilm_embed
 from locret_cli.bench.scoring import contains_match
@@ -40,9 +40,15 @@ from locret_cli.core.answer.passage_rank import PASSAGE_TOKENS, best_passages, b
 from research.locate_pairs import mixed_passages
 
 RRF_K = 60
-RULES = ("bm25", "minilm", "rrf", "mixed", "hyde", "bm25+hyde", "hyde-minilm", "bm25+hyde-minilm")
-HYPOTHESIS_RULES = {"hyde", "bm25+hyde", "hyde-minilm", "bm25+hyde-minilm"}
-LEXICAL_RULES = {"bm25", "hyde", "bm25+hyde"}
+ONE_SCORE = {"bm25": "bm25", "minilm": "dense", "hyde": "hyde", "hyde-minilm": "hyde-dense"}  # rule: the scores
+THIRD = {"mixed": "dense", "bm25+hyde": "hyde", "bm25+hyde-minilm": "hyde-dense"}  # BM25's N-1, then these scores'
+RULES = (*ONE_SCORE, "rrf", *THIRD)
+
+
+def needed(rule: str) -> set[str]:
+    """The kinds of score `rule` reads: "bm25" and "dense" (MiniLM) for the question, "hyde" and "hyde-dense" for
+    the question followed by its hypothetical answer."""
+    return {"bm25", "dense"} if rule == "rrf" else {ONE_SCORE[rule]} if rule in ONE_SCORE else {"bm25", THIRD[rule]}
 
 
 def ranks(scores: list[float]) -> list[int]:
@@ -56,30 +62,21 @@ def ranks(scores: list[float]) -> list[int]:
 
 def hypotheses(path: Path | None) -> dict[tuple[str, str], str]:
     """Each (document, question)'s closed-book answer in `benchmarks.natural_closed_book`'s rows at `path`."""
-    if path is None:
-        return {}
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return {(r["document"], r["question"]): r["answer"] for r in rows}
+    return {(r["document"], r["question"]): r["answer"] for r in read_rows(path)} if path else {}
 
 
 def rule_windows(rule: str, scores: dict[str, list[float]], spans: list[tuple[int, int]], windows: int,
                  size: int, tokens: int) -> list[tuple[int, int]]:
-    """The windows `rule` chooses, from each passage's `scores` by kind: "bm25" and "dense" for the question,
-    "hyde" and "hyde-dense" for the question with its hypothetical answer (those the rule needs)."""
-    bm25, dense = scores["bm25"], scores.get("dense", [])
-    if rule in ("mixed", "bm25+hyde", "bm25+hyde-minilm"):
-        second = {"mixed": dense, "bm25+hyde": scores.get("hyde"), "bm25+hyde-minilm": scores.get("hyde-dense")}
-        return mixed_passages(bm25, second[rule], spans, windows, size, 0, tokens)
-    if rule == "hyde":
-        return best_passages(scores["hyde"], spans, windows, size, 0, tokens)
-    if rule == "hyde-minilm":
-        dense = scores["hyde-dense"]
-        rule = "minilm"
-    if rule == "minilm":  # a cosine may be 0 or below, which best_passages never chooses
-        return joined(centred(dense, spans, windows, size, 0, tokens, [], floor=float("-inf")))
+    """The windows `rule` chooses, from each passage's `scores` of the kinds `needed(rule)` names."""
+    if rule in THIRD:
+        return mixed_passages(scores["bm25"], scores[THIRD[rule]], spans, windows, size, 0, tokens)
     if rule == "rrf":
-        bm25 = [1 / (RRF_K + a) + 1 / (RRF_K + b) for a, b in zip(ranks(bm25), ranks(dense))]
-    return best_passages(bm25, spans, windows, size, 0, tokens)
+        fused = [1 / (RRF_K + a) + 1 / (RRF_K + b) for a, b in zip(ranks(scores["bm25"]), ranks(scores["dense"]))]
+        return best_passages(fused, spans, windows, size, 0, tokens)
+    kind = ONE_SCORE[rule]
+    if kind.endswith("dense"):  # a cosine may be 0 or below, which best_passages never chooses
+        return joined(centred(scores[kind], spans, windows, size, 0, tokens, [], floor=float("-inf")))
+    return best_passages(scores[kind], spans, windows, size, 0, tokens)
 
 
 def main() -> None:
@@ -96,11 +93,12 @@ def main() -> None:
     rules = [r for r in args.rules.split(",") if r]
     if unknown := set(rules) - set(RULES):
         parser.error(f"unknown rules: {', '.join(sorted(unknown))} (known: {', '.join(RULES)})")
-    if HYPOTHESIS_RULES & set(rules) and args.hypotheses is None:
+    kinds = set().union(*map(needed, rules))
+    if kinds & {"hyde", "hyde-dense"} and args.hypotheses is None:
         parser.error("the hyde rules need --hypotheses")
     answers = hypotheses(args.hypotheses)
     tokenizer = AutoTokenizer.from_pretrained(args.model)
-    ranker = EmbeddingRanker(minilm_embed()) if set(rules) - LEXICAL_RULES else None
+    ranker = EmbeddingRanker(minilm_embed()) if kinds & {"dense", "hyde-dense"} else None
     held, named, total = defaultdict(int), defaultdict(int), defaultdict(int)
     for document in natural.load(args.split)[:args.documents]:
         encoded = tokenizer(document.text, return_offsets_mapping=True, add_special_tokens=False)
@@ -114,14 +112,12 @@ def main() -> None:
                 continue
             place = int(q.depth * len(document.text))
             token = next((i for i, (a, b) in enumerate(offsets) if b > place), len(ids) - 1)
-            scores = {"bm25": bm25_scores(passage_words, words(q.question))}
-            if ranker:
-                scores["dense"] = ranker.scores(index, q.question)
-            if answers:
-                hypothesis = f"{q.question} {answers.get((document.name, q.question), '')}"
-                scores["hyde"] = bm25_scores(passage_words, words(hypothesis))
-                if ranker:
-                    scores["hyde-dense"] = ranker.scores(index, hypothesis)
+            hypothesis = f"{q.question} {answers.get((document.name, q.question), '')}"
+            score = {"bm25": lambda: bm25_scores(passage_words, words(q.question)),
+                     "dense": lambda: ranker.scores(index, q.question),
+                     "hyde": lambda: bm25_scores(passage_words, words(hypothesis)),
+                     "hyde-dense": lambda: ranker.scores(index, hypothesis)}
+            scores = {kind: score[kind]() for kind in kinds}
             for rule in rules:
                 chosen = rule_windows(rule, scores, spans, args.windows, args.tokens, len(ids))
                 text = " ".join(tokenizer.decode(ids[a:b]) for a, b in chosen)
