@@ -65,24 +65,40 @@ def test_chunks_other_dtypes_and_mismatched_biases_are_left_to_torch():
     assert native_rows.rows_product(torch.ones(1, 16, dtype=torch.bfloat16), weight, torch.ones(8)) is None
 
 
-def answer(model) -> tuple[list[int], torch.Tensor]:
-    torch.manual_seed(0)
-    return greedy_answer(model, RetainingHeads.for_model(model))
+def answer(model) -> tuple[list[int], torch.Tensor, list[torch.Tensor]]:
+    """The greedy tokens, the question's logits, and the final norm's output for every input of more than `ROWS`
+    rows (the read's chunks and the question): what torch's product computes, before the logits' one-row product."""
+    chunks = []
+
+    def keep(module, inputs, output):
+        if output.shape[-2] > native_rows.ROWS:
+            chunks.append(output.detach().clone())
+
+    hook = model.model.norm.register_forward_hook(keep)
+    try:
+        torch.manual_seed(0)
+        tokens, logits = greedy_answer(model, RetainingHeads.for_model(model))
+    finally:
+        hook.remove()
+    return tokens, logits, chunks
 
 
 @needs_kernel
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_a_bf16_model_decodes_the_same_tokens_with_its_weights_in_place(family):
     model = tiny_model(FAMILY_NAMES[family]).to(torch.bfloat16)
-    before_tokens, before_logits = answer(model)
+    before_tokens, before_logits, before_chunks = answer(model)
     weights = {id(m.weight): m.weight.numel() * 2 for m in model.modules() if type(m) is torch.nn.Linear}
     pointers = {name: p.data_ptr() for name, p in model.named_parameters()}
     assert native_rows.take_rows(model) == sum(weights.values())
     assert native_rows.take_rows(model) == 0  # each linear is taken once
     assert {name: p.data_ptr() for name, p in model.named_parameters()} == pointers  # no weight copied or moved
     assert not any(packable(m) for m in model.modules())  # so nothing is packed beside them either
-    after_tokens, after_logits = answer(model)
-    assert torch.equal(after_logits, before_logits)  # the question's prefill is a chunk: torch's product, bit for bit
+    after_tokens, after_logits, after_chunks = answer(model)
+    assert len(after_chunks) == len(before_chunks) == 160 // 32 + 1  # five chunks read, then the question
+    # the chunks and the question's prefill keep torch's product, bit for bit (the logits' one row may round apart)
+    assert all(torch.equal(a, b) for a, b in zip(after_chunks, before_chunks))
+    assert torch.allclose(after_logits, before_logits, rtol=2 ** -6, atol=0)  # within a bf16 rounding of each logit
     assert after_tokens == before_tokens
 
 
