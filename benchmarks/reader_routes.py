@@ -96,6 +96,7 @@ CONFIGS = {  # name: (answer settings changed, with the reader)
     "bm25-route": ({"reread": 1, "locate": "bm25"}, False),
     "bm25-4x256": ({"reread": 4, "reread_tokens": 256, "locate": "bm25"}, False),
     "bm25-3x1024": ({"reread": 3, "locate": "bm25"}, False),
+    "bm25-5x1024": ({"reread": 5, "locate": "bm25"}, False),
     "attention-3x1024": ({"reread": 3, "locate": "attention"}, False),
     "bm25-3x1024-say": ({"reread": 3, "locate": "bm25", "say_unstated": True}, False)}
 PASSAGE_KEPT = "passage+heads"
