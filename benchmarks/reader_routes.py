@@ -26,9 +26,10 @@ and every question is asked of that one read under each configuration:
     bm25-4x256        --reread 4 --reread-tokens 256 --locate bm25: four small windows, as a retrieval pipeline's
                       top passages
     bm25-3x1024       --reread 3 --locate bm25: three windows of 1,024 tokens
+    bm25-5x1024       --reread 5 --locate bm25: five windows of 1,024 tokens
     attention-3x1024  --reread 3 --locate attention: three windows of 1,024 tokens where the bounded cache's first
                       answer looked (with `--question-share`, a cache the questions chose)
-    bm25-3x1024-say   the same with `--say-unstated`: the prompt asks for "The document does not say." where the
+    bm25-3x1024-say   bm25-3x1024 with `--say-unstated`: the prompt asks for "The document does not say." where the
                       windows do not answer
 When every configuration asked locates in the text alone (words, bm25), the bounded read runs only for a question
 that locates no window.
